@@ -1,0 +1,40 @@
+# Front door. `make run`: install, build, replay the shipped sample trace. `make test`: every test,
+# then the same tests under AddressSanitizer+UBSan, then the threaded tests under ThreadSanitizer.
+JOBS ?= $(shell nproc)
+BUILD ?= build
+CMAKE_FLAGS ?=
+
+.PHONY: all deps build run test test-fast test-asan test-tsan bench clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	./$(BUILD)/gpumem replay data/transformer_varlen.jsonl.gz
+
+test-fast: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-asan: deps
+	@cmake -S . -B build-asan -DGPUMEM_SANITIZE=address,undefined -DGPUMEM_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	@cmake --build build-asan -j $(JOBS)
+	cd build-asan && ctest --output-on-failure -j $(JOBS) -LE slow
+
+test-tsan: deps
+	@cmake -S . -B build-tsan -DGPUMEM_SANITIZE=thread -DGPUMEM_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build build-tsan -j $(JOBS)
+	cd build-tsan && ctest --output-on-failure -j $(JOBS) -L tsan
+
+test: test-fast test-asan test-tsan
+
+bench: build
+	bash scripts/bench.sh
+
+clean:
+	rm -rf build build-asan build-tsan

@@ -1,0 +1,81 @@
+// Device-memory backend: the one boundary between the engine and real (or simulated) memory.
+//
+// Contract (every implementation passes tests/backends/conformance_test.cpp):
+//  - Virtual ranges: reserve(bytes) returns a base aligned to granularity() whose pages are unmapped;
+//    release_range() gives it back (all mappings inside must have been unmapped first).
+//  - Physical chunks: create_chunk(bytes) (a multiple of granularity()) returns a handle to physical memory;
+//    map(va, bytes, chunk, offset) makes [va, va+bytes) read/write from chunk[offset, offset+bytes);
+//    va, bytes and offset are multiples of granularity(). unmap(va, bytes) must name exactly one earlier
+//    map() call's range. release_chunk() frees a chunk that has no mapping left. The same physical bytes
+//    seen through two mappings are the same memory (host: memfd + mmap(MAP_FIXED); CUDA: cuMem* VMM).
+//  - Plain memory: allocate(bytes) / free(ptr) for setups without virtual memory management.
+//  - Stream order: record_event(stream) marks the work queued on a stream so far; event_done() tells
+//    whether that work has completed; release_event() recycles it. synchronize() waits for all streams.
+//  - Failures: calls that acquire memory throw OutOfMemoryError when the device is full and BackendError
+//    for anything else; they leave no partial state behind. Calls that give memory back are noexcept.
+//  - A backend is used under the engine's locks; implementations need not be thread-safe except
+//    event_done() and mem_info(), which may be called concurrently.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "gpumem/errors.hpp"
+
+namespace gpumem {
+
+using DevicePtr = std::uintptr_t;
+using StreamId = std::uintptr_t;  // a cudaStream_t as an integer; 0 is the default stream
+using ChunkHandle = std::uint64_t;
+using EventHandle = std::uint64_t;
+
+struct MemInfo {
+  std::size_t free = 0;
+  std::size_t total = 0;
+};
+
+// Counts of every call that reaches the device, so replays can report what an allocator asked for.
+struct BackendCallCounts {
+  std::uint64_t reserves = 0, range_releases = 0;
+  std::uint64_t creates = 0, maps = 0, unmaps = 0, chunk_releases = 0;
+  std::uint64_t plain_allocs = 0, plain_frees = 0;
+  std::uint64_t syncs = 0;
+  // Calls that acquire or give back physical memory or change mappings: what "device calls" reports.
+  std::uint64_t device_calls() const {
+    return creates + maps + unmaps + chunk_releases + plain_allocs + plain_frees;
+  }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual const char* name() const noexcept = 0;
+  virtual int device() const noexcept { return 0; }
+  virtual std::size_t granularity() const noexcept = 0;
+  virtual bool supports_virtual_memory() const noexcept = 0;
+
+  virtual DevicePtr reserve(std::size_t bytes) = 0;
+  virtual void release_range(DevicePtr base, std::size_t bytes) noexcept = 0;
+
+  virtual ChunkHandle create_chunk(std::size_t bytes) = 0;
+  virtual void release_chunk(ChunkHandle chunk) noexcept = 0;
+  virtual void map(DevicePtr va, std::size_t bytes, ChunkHandle chunk, std::size_t offset) = 0;
+  virtual void unmap(DevicePtr va, std::size_t bytes) noexcept = 0;
+
+  virtual DevicePtr allocate(std::size_t bytes) = 0;
+  virtual void free(DevicePtr ptr) noexcept = 0;
+
+  virtual MemInfo mem_info() = 0;
+
+  virtual EventHandle record_event(StreamId stream) = 0;
+  virtual bool event_done(EventHandle event) = 0;
+  virtual void release_event(EventHandle event) noexcept = 0;
+  virtual void synchronize() = 0;
+
+  const BackendCallCounts& call_counts() const noexcept { return counts_; }
+
+ protected:
+  BackendCallCounts counts_;
+};
+
+}  // namespace gpumem

@@ -1,0 +1,58 @@
+// Allocator statistics with PyTorch's names and meanings (torch.cuda.memory_stats()).
+//
+//  allocation / allocated_bytes : blocks handed out and not yet given back by the program
+//  active / active_bytes        : allocated blocks plus freed blocks still waiting for other streams
+//  segment / reserved_bytes     : physical memory chunks held from the device
+//  inactive_split(_bytes)       : free blocks the allocator holds inside its mapped memory
+//  requested_bytes              : the sizes the program asked for, before rounding
+// Each Stat has current, peak (since the last reset_peak_stats), allocated and freed (running totals).
+// Index 0 aggregates both pools; 1 is the small pool (requests <= 1 MiB), 2 the large pool.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace gpumem {
+
+struct Stat {
+  std::int64_t current = 0;
+  std::int64_t peak = 0;
+  std::int64_t allocated = 0;
+  std::int64_t freed = 0;
+
+  void increase(std::int64_t amount) {
+    current += amount;
+    allocated += amount;
+    if (current > peak) peak = current;
+  }
+  void decrease(std::int64_t amount) {
+    current -= amount;
+    freed += amount;
+  }
+  void reset_peak() { peak = current; }
+  void reset_accumulated() { allocated = freed = 0; }
+};
+
+enum PoolKind : int { kAggregatePool = 0, kSmallPool = 1, kLargePool = 2 };
+inline constexpr std::size_t kSmallRequestLimit = 1 << 20;  // requests up to 1 MiB are "small"
+using StatArray = std::array<Stat, 3>;
+
+struct DeviceStats {
+  StatArray allocation, segment, active, inactive_split;
+  StatArray allocated_bytes, reserved_bytes, active_bytes, inactive_split_bytes, requested_bytes;
+  std::int64_t num_alloc_retries = 0;
+  std::int64_t num_ooms = 0;
+  std::int64_t num_device_alloc = 0;  // physical chunks created / plain segments allocated
+  std::int64_t num_device_free = 0;
+  std::int64_t num_sync_all_streams = 0;
+  std::int64_t max_split_size = -1;
+  // gpumem's own counters
+  std::int64_t num_maps = 0, num_unmaps = 0, num_stitches = 0;
+  std::int64_t num_invalid_frees = 0;
+
+  // Flat "key.pool.metric" -> value, exactly the keys torch.cuda.memory_stats() returns.
+  std::map<std::string, std::int64_t> as_map() const;
+};
+
+}  // namespace gpumem
