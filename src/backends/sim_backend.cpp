@@ -1,0 +1,140 @@
+#include "gpumem/sim_backend.hpp"
+
+#include <string>
+
+namespace gpumem {
+namespace {
+// Synthetic addresses start high and far apart so a stray use as a real pointer faults at once.
+constexpr DevicePtr kSimVaBase = DevicePtr(0x7e00) << 32;
+
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+}  // namespace
+
+SimBackend::SimBackend(SimBackendOptions options) : options_(options), next_va_(kSimVaBase) {
+  if (options_.granularity == 0 || (options_.granularity & (options_.granularity - 1)) != 0)
+    throw BackendError("sim backend: granularity must be a power of two, got " +
+                       std::to_string(options_.granularity));
+}
+
+DevicePtr SimBackend::reserve(std::size_t bytes) {
+  ++counts_.reserves;
+  if (bytes == 0 || bytes % options_.granularity) throw BackendError("sim backend: reserve of an unaligned size");
+  DevicePtr base = next_va_;
+  next_va_ += round_up(bytes, options_.granularity) + options_.granularity;  // guard gap between ranges
+  return base;
+}
+
+void SimBackend::release_range(DevicePtr, std::size_t) noexcept { ++counts_.range_releases; }
+
+ChunkHandle SimBackend::create_chunk(std::size_t bytes) {
+  if (bytes == 0 || bytes % options_.granularity)
+    throw BackendError("sim backend: chunk size " + std::to_string(bytes) + " is not a multiple of the granularity");
+  if (bytes > options_.capacity - used_)
+    throw OutOfMemoryError("sim backend: device full: " + format_bytes(bytes) + " requested, " +
+                           format_bytes(options_.capacity - used_) + " free");
+  ++counts_.creates;
+  used_ += bytes;
+  chunks_.emplace(next_chunk_, bytes);
+  return next_chunk_++;
+}
+
+void SimBackend::release_chunk(ChunkHandle chunk) noexcept {
+  auto it = chunks_.find(chunk);
+  if (it == chunks_.end()) return;
+  ++counts_.chunk_releases;
+  used_ -= it->second;
+  chunks_.erase(it);
+}
+
+void SimBackend::map(DevicePtr va, std::size_t bytes, ChunkHandle chunk, std::size_t offset) {
+  auto it = chunks_.find(chunk);
+  if (it == chunks_.end()) throw BackendError("sim backend: map of an unknown chunk");
+  if (bytes == 0 || (va | bytes | offset) % options_.granularity || offset + bytes > it->second)
+    throw BackendError("sim backend: map range is unaligned or outside its chunk");
+  if (mappings_.count(va)) throw BackendError("sim backend: address already mapped");
+  ++counts_.maps;
+  mappings_.emplace(va, bytes);
+  mapping_chunk_.emplace(va, chunk);
+  ++chunk_map_count_[chunk];
+}
+
+void SimBackend::unmap(DevicePtr va, std::size_t bytes) noexcept {
+  auto it = mappings_.find(va);
+  if (it == mappings_.end() || it->second != bytes) return;
+  ++counts_.unmaps;
+  mappings_.erase(it);
+  auto chunk = mapping_chunk_.find(va);
+  if (chunk != mapping_chunk_.end()) {
+    if (--chunk_map_count_[chunk->second] == 0) chunk_map_count_.erase(chunk->second);
+    mapping_chunk_.erase(chunk);
+  }
+}
+
+DevicePtr SimBackend::allocate(std::size_t bytes) {
+  std::size_t rounded = round_up(bytes ? bytes : 1, options_.granularity);
+  if (rounded > options_.capacity - used_)
+    throw OutOfMemoryError("sim backend: device full: " + format_bytes(rounded) + " requested, " +
+                           format_bytes(options_.capacity - used_) + " free");
+  ++counts_.plain_allocs;
+  used_ += rounded;
+  DevicePtr p = next_va_;
+  next_va_ += rounded + options_.granularity;
+  plain_.emplace(p, rounded);
+  return p;
+}
+
+void SimBackend::free(DevicePtr ptr) noexcept {
+  auto it = plain_.find(ptr);
+  if (it == plain_.end()) return;
+  ++counts_.plain_frees;
+  used_ -= it->second;
+  plain_.erase(it);
+}
+
+MemInfo SimBackend::mem_info() { return {options_.capacity - used_, options_.capacity}; }
+
+EventHandle SimBackend::record_event(StreamId stream) {
+  EventHandle h;
+  if (!free_events_.empty()) {
+    h = free_events_.back();
+    free_events_.pop_back();
+  } else {
+    h = events_.size();
+    events_.push_back({});
+  }
+  events_[h] = Event{stream, ++recorded_[stream], true};
+  return h;
+}
+
+bool SimBackend::event_done(EventHandle event) {
+  if (event >= events_.size() || !events_[event].live) return true;
+  if (!options_.manual_events) return true;
+  const Event& e = events_[event];
+  auto it = completed_.find(e.stream);
+  return it != completed_.end() && it->second >= e.ticket;
+}
+
+void SimBackend::release_event(EventHandle event) noexcept {
+  if (event >= events_.size() || !events_[event].live) return;
+  events_[event].live = false;
+  free_events_.push_back(event);
+}
+
+void SimBackend::synchronize() {
+  ++counts_.syncs;
+  for (auto& [stream, ticket] : recorded_) completed_[stream] = ticket;
+}
+
+void SimBackend::complete_stream(StreamId stream) {
+  auto it = recorded_.find(stream);
+  if (it != recorded_.end()) completed_[stream] = it->second;
+}
+
+std::size_t SimBackend::pending_events() const noexcept {
+  std::size_t n = 0;
+  for (const auto& e : events_)
+    if (e.live) ++n;
+  return n;
+}
+
+}  // namespace gpumem

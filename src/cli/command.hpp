@@ -1,0 +1,29 @@
+// Subcommand registry: each cmd_*.cpp registers itself with GPUMEM_REGISTER_COMMAND; main.cpp wires
+// them into one CLI11 app. A command's setup() declares its options on `sub` and returns the function
+// that runs it and yields the process exit code (see exit_codes.hpp).
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace gpumem::cli {
+
+using CommandRunner = std::function<int()>;
+struct CommandSpec {
+  std::string name;
+  std::string description;
+  int order;  // position in --help
+  std::function<CommandRunner(CLI::App& sub)> setup;
+};
+
+std::vector<CommandSpec>& command_registry();
+
+struct CommandRegistration {
+  explicit CommandRegistration(CommandSpec spec) { command_registry().push_back(std::move(spec)); }
+};
+
+#define GPUMEM_REGISTER_COMMAND(ident, ...) \
+  static ::gpumem::cli::CommandRegistration gpumem_command_##ident{::gpumem::cli::CommandSpec{__VA_ARGS__}}
+
+}  // namespace gpumem::cli
