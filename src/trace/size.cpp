@@ -1,0 +1,70 @@
+// parse_size: "16GiB", "1.5GB", "512MiB", "4096". Exact integer arithmetic (no floating point), so
+// "1.5GiB" is exactly 1610612736 bytes.
+#include <cctype>
+#include <stdexcept>
+#include <string>
+
+#include "gpumem/trace.hpp"
+
+namespace gpumem {
+namespace {
+
+struct Unit {
+  const char* name;
+  std::uint64_t bytes;
+};
+constexpr Unit kUnits[] = {
+    {"", 1},
+    {"b", 1},
+    {"k", 1ull << 10}, {"kib", 1ull << 10}, {"kb", 1000ull},
+    {"m", 1ull << 20}, {"mib", 1ull << 20}, {"mb", 1000000ull},
+    {"g", 1ull << 30}, {"gib", 1ull << 30}, {"gb", 1000000000ull},
+    {"t", 1ull << 40}, {"tib", 1ull << 40}, {"tb", 1000000000000ull},
+};
+
+[[noreturn]] void bad(std::string_view text, const std::string& why) {
+  throw std::invalid_argument("invalid size \"" + std::string(text) + "\": " + why);
+}
+
+}  // namespace
+
+std::uint64_t parse_size(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size() && text[i] == ' ') ++i;
+  if (i == text.size()) bad(text, "it is empty; expected bytes or a number with a unit such as 16GiB");
+  if (text[i] == '-') bad(text, "a size cannot be negative");
+  if (text[i] == '+') ++i;
+  // mantissa as an integer plus a count of decimal places
+  unsigned __int128 mantissa = 0;
+  unsigned decimals = 0, digits = 0;
+  bool point = false;
+  for (; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '.' && !point) {
+      point = true;
+    } else if (c >= '0' && c <= '9') {
+      if (digits >= 25) bad(text, "too many digits");
+      mantissa = mantissa * 10 + unsigned(c - '0');
+      ++digits;
+      if (point) ++decimals;
+    } else {
+      break;
+    }
+  }
+  if (digits == 0) bad(text, "it does not start with a number");
+  while (i < text.size() && text[i] == ' ') ++i;
+  std::string unit;
+  for (; i < text.size(); ++i) unit += char(std::tolower(static_cast<unsigned char>(text[i])));
+  while (!unit.empty() && unit.back() == ' ') unit.pop_back();
+  std::uint64_t scale = 0;
+  for (const Unit& u : kUnits) {
+    if (unit == u.name) scale = u.bytes;
+  }
+  if (scale == 0) bad(text, "unknown unit \"" + unit + "\" (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)");
+  unsigned __int128 bytes = mantissa * scale;
+  for (unsigned d = 0; d < decimals; ++d) bytes /= 10;
+  if (bytes > UINT64_MAX) bad(text, "it is larger than 2^64-1 bytes");
+  return static_cast<std::uint64_t>(bytes);
+}
+
+}  // namespace gpumem

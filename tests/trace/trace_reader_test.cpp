@@ -1,0 +1,259 @@
+// The trace reader: plain and gzip files, the summary it derives, and every kind of bad input, each
+// with the line number it must name.
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "gpumem/trace.hpp"
+
+namespace gpumem::trace {
+namespace {
+
+const std::string kHeader = R"({"format": "gpumem-trace", "version": 1, "source": "unit test", "device": "sim"})";
+
+std::string ev(const char* op, std::uint64_t addr, std::uint64_t size, std::uint64_t stream = 0, std::uint64_t t = 1) {
+  return "{\"t\": " + std::to_string(t) + ", \"op\": \"" + op + "\", \"addr\": " + std::to_string(addr) +
+         ", \"size\": " + std::to_string(size) + ", \"stream\": " + std::to_string(stream) + "}";
+}
+
+std::string lines(std::initializer_list<std::string> l) {
+  std::string out;
+  for (const auto& s : l) out += s + "\n";
+  return out;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = std::filesystem::temp_directory_path() / ("gpumem_trace_test_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string write_plain(const std::string& name, const std::string& text) const {
+    const auto p = (path_ / name).string();
+    std::ofstream(p, std::ios::binary) << text;
+    return p;
+  }
+  std::string write_gzip(const std::string& name, const std::string& text) const {
+    const auto p = (path_ / name).string();
+    gzFile f = gzopen(p.c_str(), "wb");
+    gzwrite(f, text.data(), unsigned(text.size()));
+    gzclose(f);
+    return p;
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Expects parse_trace to fail naming `line` and mentioning `needle`.
+void expect_error(const std::string& text, std::size_t line, const std::string& needle) {
+  try {
+    parse_trace(text, "t.jsonl");
+    ADD_FAILURE() << "no error for:\n" << text;
+  } catch (const TraceError& e) {
+    EXPECT_EQ(e.line(), line) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("t.jsonl: line " + std::to_string(line) + ": ", 0), 0u) << e.what();
+  }
+}
+
+const std::string kSimple = lines({kHeader, ev("alloc", 4096, 100), ev("alloc", 8192, 300, 7), ev("free", 4096, 100),
+                                   ev("alloc", 4096, 50), ev("free", 8192, 300, 7)});
+
+TEST(TraceReader, ParsesEventsAndHeader) {
+  const Trace t = parse_trace(kSimple, "mem");
+  EXPECT_EQ(t.source, "unit test");
+  EXPECT_EQ(t.device, "sim");
+  ASSERT_EQ(t.events.size(), 5u);
+  EXPECT_EQ(t.events[1].op, Op::alloc);
+  EXPECT_EQ(t.events[1].addr, 8192u);
+  EXPECT_EQ(t.events[1].size, 300u);
+  EXPECT_EQ(t.events[1].stream, 7u);
+  EXPECT_EQ(t.events[1].line, 3u);
+  // blocks are numbered in alloc order; frees carry their alloc's number
+  EXPECT_EQ(t.events[0].block, 0u);
+  EXPECT_EQ(t.events[2].block, 0u);
+  EXPECT_EQ(t.events[3].block, 2u);
+  EXPECT_EQ(t.events[4].block, 1u);
+  EXPECT_EQ(t.summary.allocs, 3u);
+  EXPECT_EQ(t.summary.frees, 2u);
+  EXPECT_FALSE(t.summary.has_free_completed);
+  EXPECT_EQ(t.summary.peak_requested, 400u);
+  EXPECT_EQ(t.summary.peak_requested_event, 1u);
+  EXPECT_EQ(t.summary.live_at_end, 50u);
+}
+
+TEST(TraceReader, FieldsInAnyOrderWhitespaceAndUnknownFields) {
+  const std::string text = kHeader + "\n" +
+                           R"(  { "stream":3,"size" : 10 ,"addr":1,"op":"alloc","t":5, "extra": "x\"y", "n": -1.5e3, "b": true }  )" +
+                           "\r\n\n   \n";
+  const Trace t = parse_trace(text, "mem");
+  ASSERT_EQ(t.events.size(), 1u);
+  EXPECT_EQ(t.events[0].stream, 3u);
+  EXPECT_EQ(t.events[0].size, 10u);
+  EXPECT_EQ(t.events[0].t, 5u);
+}
+
+TEST(TraceReader, FreeCompletedDecidesReuse) {
+  // free at line 4 does not lower the live bytes; free_completed at line 6 does.
+  const std::string text = lines({kHeader, ev("alloc", 1, 100), ev("alloc", 2, 100), ev("free", 1, 100), ev("alloc", 3, 100),
+                                  ev("free_completed", 1, 100), ev("alloc", 4, 100)});
+  const Trace t = parse_trace(text, "mem");
+  EXPECT_TRUE(t.summary.has_free_completed);
+  EXPECT_EQ(t.summary.peak_requested, 300u);
+  EXPECT_EQ(t.events[4].block, 0u);
+  EXPECT_EQ(t.summary.live_at_end, 300u);
+}
+
+TEST(TraceReader, RecordedSegmentFigures) {
+  const std::string text = lines({kHeader, ev("segment_alloc", 0, 2 << 20), ev("alloc", 0, 100), ev("segment_map", 0, 4 << 20),
+                                  ev("segment_unmap", 0, 2 << 20), ev("segment_free", 0, 2 << 20), ev("segment_alloc", 0, 1 << 20)});
+  const Trace t = parse_trace(text, "mem");
+  EXPECT_EQ(t.summary.segment_events, 5u);
+  EXPECT_EQ(t.summary.recorded_segment_allocs, 3u);
+  EXPECT_EQ(t.summary.recorded_peak_reserved, std::uint64_t(6) << 20);
+}
+
+TEST(TraceReader, PlainAndGzipFilesGiveTheSameTrace) {
+  TempDir dir;
+  const Trace plain = read_trace(dir.write_plain("a.jsonl", kSimple));
+  const Trace gz = read_trace(dir.write_gzip("a.jsonl.gz", kSimple));
+  ASSERT_EQ(plain.events.size(), gz.events.size());
+  for (std::size_t i = 0; i < plain.events.size(); ++i) {
+    EXPECT_EQ(plain.events[i].addr, gz.events[i].addr);
+    EXPECT_EQ(plain.events[i].line, gz.events[i].line);
+  }
+  EXPECT_EQ(gz.summary.peak_requested, 400u);
+}
+
+TEST(TraceReader, LargeGzipFileAcrossChunks) {
+  // More than one 1 MiB read chunk, so lines straddle chunk boundaries.
+  std::string text = kHeader + "\n";
+  const int n = 40000;
+  for (int i = 0; i < n; ++i) text += ev("alloc", 4096 + 512 * std::uint64_t(i), 512 + i % 7) + "\n";
+  TempDir dir;
+  const Trace t = read_trace(dir.write_gzip("big.jsonl.gz", text));
+  ASSERT_EQ(t.events.size(), std::size_t(n));
+  EXPECT_EQ(t.events.back().line, std::uint32_t(n + 1));
+  EXPECT_EQ(t.events.back().size, 512u + (n - 1) % 7);
+}
+
+TEST(TraceReader, MissingFileIsAClearError) {
+  try {
+    read_trace("/nonexistent/dir/trace.jsonl.gz");
+    FAIL();
+  } catch (const TraceError& e) {
+    EXPECT_EQ(e.line(), 0u);
+    EXPECT_NE(std::string(e.what()).find("cannot open the trace"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TraceReader, TruncatedGzipNamesTheLine) {
+  std::string text = kHeader + "\n";
+  for (int i = 0; i < 5000; ++i) text += ev("alloc", 4096 + 512 * std::uint64_t(i), 512) + "\n";
+  TempDir dir;
+  const std::string path = dir.write_gzip("t.jsonl.gz", text);
+  const auto full = std::filesystem::file_size(path);
+  std::filesystem::resize_file(path, full / 2);
+  try {
+    read_trace(path);
+    FAIL();
+  } catch (const TraceError& e) {
+    EXPECT_GT(e.line(), 1u);
+    EXPECT_LT(e.line(), 5002u);
+    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  }
+  // only the 8-byte trailer missing: every line is intact, but the file is still incomplete
+  const std::string path2 = dir.write_gzip("v.jsonl.gz", text);
+  std::filesystem::resize_file(path2, std::filesystem::file_size(path2) - 4);
+  EXPECT_THROW(read_trace(path2), TraceError);
+}
+
+TEST(TraceReader, CorruptGzipIsAnError) {
+  std::string text = kHeader + "\n";
+  for (int i = 0; i < 2000; ++i) text += ev("alloc", 4096 + 512 * std::uint64_t(i), 512) + "\n";
+  TempDir dir;
+  const std::string path = dir.write_gzip("c.jsonl.gz", text);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(200);
+    const std::string junk(64, '\xA5');
+    f.write(junk.data(), junk.size());
+  }
+  try {
+    read_trace(path);
+    FAIL();
+  } catch (const TraceError& e) {
+    EXPECT_GE(e.line(), 1u);
+    EXPECT_EQ(std::string(e.what()).rfind(path + ": line ", 0), 0u) << e.what();
+  }
+}
+
+TEST(TraceReader, TruncatedPlainLastLine) {
+  const std::string text = kSimple + R"({"t": 1, "op": "alloc", "addr": 77, "si)";
+  expect_error(text, 7, "incomplete");
+}
+
+TEST(TraceReader, HeaderErrors) {
+  expect_error("", 1, "empty");
+  expect_error("\x1f\x8b garbage\n", 1, "not a gpumem-trace file");
+  expect_error("[1, 2]\n", 1, "not a gpumem-trace file");
+  expect_error(R"({"format": "other", "version": 1})" "\n", 1, "not a gpumem-trace file");
+  expect_error(R"({"format": "gpumem-trace"})" "\n", 1, "no integer \"version\"");
+  expect_error(R"({"format": "gpumem-trace", "version": 2})" "\n", 1, "unsupported gpumem-trace version 2");
+  expect_error(kHeader + "\n", 2, "no events");
+  // a plain file without any newline that is longer than the line limit
+  TempDir dir;
+  try {
+    read_trace(dir.write_plain("long", std::string(3 << 20, 'x')));
+    FAIL();
+  } catch (const TraceError& e) {
+    EXPECT_EQ(e.line(), 1u);
+    EXPECT_NE(std::string(e.what()).find("longer than 1 MiB"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TraceReader, MalformedEventLines) {
+  auto with = [](const std::string& bad) { return lines({kHeader, ev("alloc", 1, 10), bad, ev("alloc", 2, 10)}); };
+  expect_error(with(R"({"t": 1, "op": "mallocx", "addr": 5, "size": 1, "stream": 0})"), 3, "unknown op \"mallocx\"");
+  expect_error(with(R"({"t": 1, "op": "alloc", "addr": 5, "stream": 0})"), 3, "missing field \"size\"");
+  expect_error(with(R"({"t": 1, "addr": 5, "size": 1, "stream": 0})"), 3, "missing field \"op\"");
+  expect_error(with(R"({"t": 1, "op": "alloc", "addr": 5, "size": -4096, "stream": 0})"), 3, "negative size");
+  expect_error(with(R"({"t": 1, "op": "alloc", "addr": 5, "size": 1.5, "stream": 0})"), 3, "not a whole number");
+  expect_error(with(R"({"t": 1, "op": "alloc", "addr": 5, "size": "big", "stream": 0})"), 3, "\"size\" is not a number");
+  expect_error(with(R"({"t": 1, "op": "alloc", "addr": 99999999999999999999999, "size": 1, "stream": 0})"), 3, "64 bits");
+  expect_error(with(R"({"t": 1, "op": "alloc", "addr": 5, "size": 1, "size": 2, "stream": 0})"), 3, "appears twice");
+  expect_error(with(R"({"t": 1, "op": "alloc", "addr": 5, "size": 1, "stream": 0} x)"), 3, "unexpected text");
+  expect_error(with(R"({"t": 1, "op": "alloc", "addr": 5, "size": 1 "stream": 0})"), 3, "expected '}' or ','");
+  expect_error(with(R"({"t": 1, "op": 7, "addr": 5, "size": 1, "stream": 0})"), 3, "\"op\" is not a string");
+  expect_error(with(R"({"t": 1, "op": "alloc", "addr": 5, "size": 1, "stream": 0, "x": {"y": 1}})"), 3, "not a plain JSON scalar");
+  expect_error(with("{}"), 3, "empty");
+  expect_error(with("[]"), 3, "expected '{'");
+  std::string nul = R"({"t": 1, "op": "alloc", "addr": 5, "size": 1, "stream": 0, "z": )";
+  nul += '\0';
+  nul += "}";
+  expect_error(with(nul), 3, "not a plain JSON scalar");
+  expect_error(with("not json at all"), 3, "expected '{'");
+}
+
+TEST(TraceReader, InconsistentEvents) {
+  expect_error(lines({kHeader, ev("alloc", 1, 10), ev("free", 2, 10)}), 3, "free of address 0x2 which is not allocated");
+  expect_error(lines({kHeader, ev("alloc", 1, 10), ev("alloc", 1, 10)}), 3, "still allocated (alloc on line 2)");
+  expect_error(lines({kHeader, ev("alloc", 1, 10), ev("free", 1, 10), ev("free", 1, 10), ev("free_completed", 1, 10)}), 4,
+               "already freed on line 3");
+  expect_error(lines({kHeader, ev("alloc", 1, 10), ev("free", 1, 10), ev("free", 1, 10)}), 4, "not allocated");
+  expect_error(lines({kHeader, ev("alloc", 1, 10), ev("free", 1, 20)}), 3, "gives size 20 but it was allocated with size 10");
+  expect_error(lines({kHeader, ev("alloc", 1, 10), ev("free_completed", 1, 10)}), 3, "before its free");
+  expect_error(lines({kHeader, ev("alloc", 1, 10), ev("free", 1, 10), ev("alloc", 1, 10), ev("free_completed", 1, 10)}), 4,
+               "waiting for the free_completed");
+  expect_error(lines({kHeader, ev("free_completed", 1, 10)}), 2, "not allocated");
+  expect_error(lines({kHeader, ev("alloc", 1, UINT64_MAX), ev("alloc", 2, 2)}), 3, "overflow");
+}
+
+}  // namespace
+}  // namespace gpumem::trace
