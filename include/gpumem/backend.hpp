@@ -10,11 +10,12 @@
 //    seen through two mappings are the same memory (host: memfd + mmap(MAP_FIXED); CUDA: cuMem* VMM).
 //  - Plain memory: allocate(bytes) / free(ptr) for setups without virtual memory management.
 //  - Stream order: record_event(stream) marks the work queued on a stream so far; event_done() tells
-//    whether that work has completed; release_event() recycles it. synchronize() waits for all streams.
+//    whether that work has completed; release_event() recycles it. synchronize() waits for all streams,
+//    synchronize_stream() for one. The engine calls one of them before it unmaps memory that was freed.
 //  - Failures: calls that acquire memory throw OutOfMemoryError when the device is full and BackendError
 //    for anything else; they leave no partial state behind. Calls that give memory back are noexcept.
-//  - A backend is used under the engine's locks; implementations need not be thread-safe except
-//    event_done() and mem_info(), which may be called concurrently.
+//  - Threads: the engine calls the memory functions under its growth lock, one at a time; the event
+//    functions, mem_info() and synchronize() may be called from several threads at once.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -71,6 +72,11 @@ class Backend {
   virtual bool event_done(EventHandle event) = 0;
   virtual void release_event(EventHandle event) noexcept = 0;
   virtual void synchronize() = 0;
+  // Waits for the work queued on one stream; backends without streams wait for everything.
+  virtual void synchronize_stream(StreamId stream) {
+    (void)stream;
+    synchronize();
+  }
 
   const BackendCallCounts& call_counts() const noexcept { return counts_; }
 

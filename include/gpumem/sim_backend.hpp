@@ -3,6 +3,7 @@
 // Events complete at once unless manual_events is set; then a stream's events complete only when
 // complete_stream() is called for it (tests use this to hold blocks on "busy" streams).
 #pragma once
+#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -55,6 +56,7 @@ class SimBackend final : public Backend {
   std::unordered_map<DevicePtr, std::size_t> plain_;             // plain allocations
   std::unordered_map<ChunkHandle, std::size_t> chunk_map_count_; // mappings per chunk
   std::unordered_map<DevicePtr, ChunkHandle> mapping_chunk_;
+  mutable std::mutex event_mutex_;  // events may be recorded and queried from several threads
   struct Event { StreamId stream; std::uint64_t ticket; bool live; };
   std::vector<Event> events_;
   std::vector<EventHandle> free_events_;

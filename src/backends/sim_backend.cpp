@@ -94,6 +94,7 @@ void SimBackend::free(DevicePtr ptr) noexcept {
 MemInfo SimBackend::mem_info() { return {options_.capacity - used_, options_.capacity}; }
 
 EventHandle SimBackend::record_event(StreamId stream) {
+  std::lock_guard lock(event_mutex_);
   EventHandle h;
   if (!free_events_.empty()) {
     h = free_events_.back();
@@ -107,6 +108,7 @@ EventHandle SimBackend::record_event(StreamId stream) {
 }
 
 bool SimBackend::event_done(EventHandle event) {
+  std::lock_guard lock(event_mutex_);
   if (event >= events_.size() || !events_[event].live) return true;
   if (!options_.manual_events) return true;
   const Event& e = events_[event];
@@ -115,22 +117,26 @@ bool SimBackend::event_done(EventHandle event) {
 }
 
 void SimBackend::release_event(EventHandle event) noexcept {
+  std::lock_guard lock(event_mutex_);
   if (event >= events_.size() || !events_[event].live) return;
   events_[event].live = false;
   free_events_.push_back(event);
 }
 
 void SimBackend::synchronize() {
+  std::lock_guard lock(event_mutex_);
   ++counts_.syncs;
   for (auto& [stream, ticket] : recorded_) completed_[stream] = ticket;
 }
 
 void SimBackend::complete_stream(StreamId stream) {
+  std::lock_guard lock(event_mutex_);
   auto it = recorded_.find(stream);
   if (it != recorded_.end()) completed_[stream] = it->second;
 }
 
 std::size_t SimBackend::pending_events() const noexcept {
+  std::lock_guard lock(event_mutex_);
   std::size_t n = 0;
   for (const auto& e : events_)
     if (e.live) ++n;

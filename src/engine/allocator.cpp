@@ -1,0 +1,366 @@
+#include "gpumem/allocator.hpp"
+
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+#include <stdexcept>
+
+#include "engine/physical_memory.hpp"
+#include "engine/stream_pool.hpp"
+
+namespace gpumem {
+using engine::Block;
+using engine::StreamPool;
+
+namespace {
+constexpr std::size_t kMaxPools = 1024;
+// Larger than any device: refused before any work (the rounding below would overflow near SIZE_MAX).
+constexpr std::size_t kMaxRequest = std::size_t(1) << 50;
+std::atomic<std::uint64_t> next_allocator_id{1};
+
+// Last pool this thread used, so the common case finds its pool without scanning.
+struct PoolCache {
+  std::uint64_t allocator_id = 0;
+  StreamId stream = 0;
+  StreamPool* pool = nullptr;
+};
+thread_local PoolCache tls_pool_cache;
+}  // namespace
+
+struct Allocator::Impl {
+  std::shared_ptr<Backend> backend;
+  AllocatorConfig config;
+  std::uint64_t id = next_allocator_id.fetch_add(1);
+  engine::PhysicalMemory physical;
+  std::mutex pools_mutex;  // creating pools only
+  std::array<std::atomic<StreamPool*>, kMaxPools> pools{};
+  std::atomic<std::size_t> pool_count{0};
+  std::deque<std::unique_ptr<StreamPool>> owned_pools;
+  std::atomic<std::int64_t> alloc_retries{0}, ooms{0}, invalid_frees{0}, sync_all{0};
+  std::mutex handler_mutex;
+  ErrorHandler error_handler;
+
+  Impl(std::shared_ptr<Backend> b, AllocatorConfig c) : backend(std::move(b)), config(c), physical(*backend) {
+    physical.set_limit(config.limit_bytes);
+  }
+  ~Impl() {
+    owned_pools.clear();  // arenas give their pieces back before the chunks are released
+  }
+
+  std::size_t count() const { return pool_count.load(std::memory_order_acquire); }
+  StreamPool* pool_at(std::size_t i) const { return pools[i].load(std::memory_order_acquire); }
+
+  StreamPool* find_pool(StreamId stream) const {
+    std::size_t n = count();
+    for (std::size_t i = 0; i < n; ++i)
+      if (StreamPool* p = pool_at(i); p->stream() == stream) return p;
+    return nullptr;
+  }
+
+  StreamPool& pool_for(StreamId stream) {
+    PoolCache& cache = tls_pool_cache;
+    if (cache.allocator_id == id && cache.stream == stream) return *cache.pool;
+    StreamPool* p = find_pool(stream);
+    if (!p) {
+      std::lock_guard lock(pools_mutex);
+      p = find_pool(stream);
+      if (!p) {
+        std::size_t n = count();
+        if (n == kMaxPools) throw Error("gpumem: more than 1024 streams allocate on one device");
+        owned_pools.push_back(std::make_unique<StreamPool>(*backend, physical, config, stream));
+        p = owned_pools.back().get();
+        pools[n].store(p, std::memory_order_release);
+        pool_count.store(n + 1, std::memory_order_release);
+      }
+    }
+    cache = PoolCache{id, stream, p};
+    return *p;
+  }
+
+  // Which pool holds ptr live, with its lock held; nullptr if none.
+  template <typename Fn>
+  bool with_live_block(DevicePtr ptr, StreamId hint, Fn&& fn) {
+    StreamPool* first = find_pool(hint);
+    if (first) {
+      std::lock_guard lock(first->lock());
+      if (Block* b = first->find_live(ptr)) {
+        fn(*first, b);
+        return true;
+      }
+    }
+    std::size_t n = count();
+    for (std::size_t i = 0; i < n; ++i) {
+      StreamPool* p = pool_at(i);
+      if (p == first) continue;
+      std::lock_guard lock(p->lock());
+      if (Block* b = p->find_live(ptr)) {
+        fn(*p, b);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  std::size_t release_cached_everywhere() {
+    std::size_t released = 0;
+    std::size_t n = count();
+    for (std::size_t i = 0; i < n; ++i) {
+      StreamPool* p = pool_at(i);
+      std::lock_guard lock(p->lock());
+      p->process_pending(true);
+      released += p->release_cached();
+    }
+    ++sync_all;
+    std::lock_guard lock(physical.mutex());
+    physical.release_unused_chunks();
+    return released;
+  }
+
+  std::size_t largest_free() {
+    std::size_t best = 0;
+    std::size_t n = count();
+    for (std::size_t i = 0; i < n; ++i) {
+      StreamPool* p = pool_at(i);
+      std::lock_guard lock(p->lock());
+      best = std::max(best, p->largest_free());
+    }
+    return best;
+  }
+
+  [[noreturn]] void throw_oom(std::size_t request, StreamId stream, const std::string& cause) {
+    ++ooms;
+    OutOfMemoryError::State s;
+    s.requested = request;
+    DeviceStats st = collect_stats();
+    s.allocated = std::size_t(st.allocated_bytes[kAggregatePool].current);
+    s.reserved = std::size_t(st.reserved_bytes[kAggregatePool].current);
+    {
+      std::lock_guard lock(physical.mutex());
+      s.limit = physical.limit();
+    }
+    try {
+      MemInfo info = backend->mem_info();
+      s.device_free = info.free;
+      s.device_total = info.total;
+    } catch (...) {
+    }
+    s.largest_free = largest_free();
+    std::string msg = "gpumem: out of memory: cannot allocate " + format_bytes(request) + " on device " +
+                      std::to_string(backend->device()) + " (stream " + std::to_string(stream) + "): " +
+                      format_bytes(s.allocated) + " allocated, " + format_bytes(s.reserved) +
+                      " reserved, largest free block " + format_bytes(s.largest_free) + ", ";
+    msg += s.limit ? "limit " + format_bytes(s.limit) + ", " : std::string("no limit, ");
+    msg += format_bytes(s.device_free) + " free of " + format_bytes(s.device_total) + " on the device";
+    if (!cause.empty()) msg += " (" + cause + ")";
+    throw OutOfMemoryError(msg, s);
+  }
+
+  DeviceStats collect_stats();
+};
+
+Allocator::Allocator(std::shared_ptr<Backend> backend, AllocatorConfig config) {
+  if (!backend) throw std::invalid_argument("gpumem: an allocator needs a backend");
+  impl_ = std::make_unique<Impl>(std::move(backend), config);
+  impl_->error_handler = [](const std::string& msg) { std::fprintf(stderr, "%s\n", msg.c_str()); };
+}
+
+Allocator::~Allocator() = default;
+
+void* Allocator::allocate(std::size_t bytes, StreamId stream) {
+  if (bytes == 0) return nullptr;
+  Impl& d = *impl_;
+  if (bytes > kMaxRequest) d.throw_oom(bytes, stream, "larger than any device");
+  StreamPool& pool = d.pool_for(stream);
+  std::string first_failure;
+  {
+    std::lock_guard lock(pool.lock());
+    try {
+      return reinterpret_cast<void*>(pool.allocate(bytes)->addr);
+    } catch (const OutOfMemoryError& e) {
+      first_failure = e.what();
+    }
+  }
+  // Give every cached byte of every stream back, then try once more (PyTorch's retry).
+  ++d.alloc_retries;
+  d.release_cached_everywhere();
+  {
+    std::lock_guard lock(pool.lock());
+    try {
+      return reinterpret_cast<void*>(pool.allocate(bytes)->addr);
+    } catch (const OutOfMemoryError& e) {
+      first_failure = e.what();
+    }
+  }
+  d.throw_oom(bytes, stream, first_failure);
+}
+
+FreeResult Allocator::try_deallocate(void* ptr, StreamId stream) noexcept {
+  if (!ptr) return FreeResult::null_pointer;
+  Impl& d = *impl_;
+  DevicePtr p = reinterpret_cast<DevicePtr>(ptr);
+  // Fast path: the pool of the stream it is freed on.
+  PoolCache& cache = tls_pool_cache;
+  StreamPool* hint = (cache.allocator_id == d.id && cache.stream == stream) ? cache.pool : d.find_pool(stream);
+  if (hint) {
+    std::lock_guard lock(hint->lock());
+    if (hint->deallocate(p, stream)) return FreeResult::ok;
+  }
+  std::size_t n = d.count();
+  for (std::size_t i = 0; i < n; ++i) {
+    StreamPool* pool = d.pool_at(i);
+    if (pool == hint) continue;
+    std::lock_guard lock(pool->lock());
+    if (pool->deallocate(p, stream)) return FreeResult::ok;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    StreamPool* pool = d.pool_at(i);
+    std::lock_guard lock(pool->lock());
+    if (pool->is_freed_block(p)) return FreeResult::double_free;
+  }
+  return FreeResult::unknown_pointer;
+}
+
+void Allocator::deallocate(void* ptr, StreamId stream) noexcept {
+  FreeResult r = try_deallocate(ptr, stream);
+  if (r == FreeResult::ok || r == FreeResult::null_pointer) return;
+  ++impl_->invalid_frees;
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "gpumem: %s %p ignored: %s", r == FreeResult::double_free ? "double free of" : "free of",
+                ptr, r == FreeResult::double_free ? "it was already freed" : "this allocator never handed it out");
+  try {
+    std::lock_guard lock(impl_->handler_mutex);
+    if (impl_->error_handler) impl_->error_handler(buf);
+  } catch (...) {
+  }
+}
+
+void Allocator::record_stream(void* ptr, StreamId stream) {
+  bool found = impl_->with_live_block(reinterpret_cast<DevicePtr>(ptr), stream,
+                                      [&](StreamPool& pool, Block* b) { pool.record_stream(b, stream); });
+  if (!found) throw Error("gpumem: record_stream on a pointer that is not a live allocation of this allocator");
+}
+
+void Allocator::empty_cache() { impl_->release_cached_everywhere(); }
+
+void Allocator::set_memory_fraction(double fraction) {
+  if (!(fraction > 0.0 && fraction <= 1.0))
+    throw std::invalid_argument("gpumem: memory fraction must be in (0, 1], got " + std::to_string(fraction));
+  set_limit(std::size_t(fraction * double(impl_->backend->mem_info().total)));
+}
+
+void Allocator::set_limit(std::size_t bytes) {
+  {
+    std::lock_guard lock(impl_->physical.mutex());
+    impl_->physical.set_limit(bytes);
+    if (!bytes || impl_->physical.reserved() <= bytes) return;
+  }
+  impl_->release_cached_everywhere();  // over the new limit: give back what is cached
+}
+
+std::size_t Allocator::limit() const {
+  std::lock_guard lock(impl_->physical.mutex());
+  return impl_->physical.limit();
+}
+
+DeviceStats Allocator::Impl::collect_stats() {
+  DeviceStats out;
+  std::size_t n = count();
+  auto add = [n](StatArray& into, const StatArray& from) {
+    for (int k = 0; k < 3; ++k) {
+      into[k].current += from[k].current;
+      into[k].allocated += from[k].allocated;
+      into[k].freed += from[k].freed;
+      // Exact for one stream; with several, the sum of per-stream peaks bounds the true peak.
+      into[k].peak = (n == 1) ? from[k].peak : into[k].peak + from[k].peak;
+    }
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    StreamPool* p = pool_at(i);
+    std::lock_guard lock(p->lock());
+    const engine::PoolStats& s = p->stats();
+    add(out.allocation, s.allocation);
+    add(out.active, s.active);
+    add(out.inactive_split, s.inactive_split);
+    add(out.allocated_bytes, s.allocated_bytes);
+    add(out.active_bytes, s.active_bytes);
+    add(out.inactive_split_bytes, s.inactive_split_bytes);
+    add(out.requested_bytes, s.requested_bytes);
+  }
+  std::lock_guard lock(physical.mutex());
+  out.segment = physical.segment_stats();
+  out.reserved_bytes = physical.reserved_stats();
+  out.num_device_alloc = physical.device_allocs();
+  out.num_device_free = physical.device_frees();
+  const BackendCallCounts& calls = backend->call_counts();
+  out.num_maps = std::int64_t(calls.maps);
+  out.num_unmaps = std::int64_t(calls.unmaps);
+  out.num_alloc_retries = alloc_retries.load();
+  out.num_ooms = ooms.load();
+  out.num_invalid_frees = invalid_frees.load();
+  out.num_sync_all_streams = sync_all.load();
+  return out;
+}
+
+DeviceStats Allocator::stats() const { return impl_->collect_stats(); }
+
+void Allocator::reset_peak_stats() {
+  std::size_t n = impl_->count();
+  for (std::size_t i = 0; i < n; ++i) {
+    StreamPool* p = impl_->pool_at(i);
+    std::lock_guard lock(p->lock());
+    p->reset_peaks();
+  }
+  std::lock_guard lock(impl_->physical.mutex());
+  impl_->physical.reset_peaks();
+}
+
+void Allocator::reset_accumulated_stats() {
+  std::size_t n = impl_->count();
+  for (std::size_t i = 0; i < n; ++i) {
+    StreamPool* p = impl_->pool_at(i);
+    std::lock_guard lock(p->lock());
+    p->reset_accumulated();
+  }
+  std::lock_guard lock(impl_->physical.mutex());
+  impl_->physical.reset_accumulated();
+  impl_->alloc_retries = 0;
+  impl_->ooms = 0;
+}
+
+MemInfo Allocator::mem_get_info() const { return impl_->backend->mem_info(); }
+
+std::size_t Allocator::block_size(const void* ptr) const {
+  std::size_t size = 0;
+  impl_->with_live_block(reinterpret_cast<DevicePtr>(ptr), 0, [&](StreamPool&, Block* b) { size = b->size; });
+  return size;
+}
+
+std::size_t Allocator::largest_free_block() const { return impl_->largest_free(); }
+
+Backend& Allocator::backend() const { return *impl_->backend; }
+const AllocatorConfig& Allocator::config() const { return impl_->config; }
+
+void Allocator::set_error_handler(ErrorHandler handler) {
+  std::lock_guard lock(impl_->handler_mutex);
+  impl_->error_handler = std::move(handler);
+}
+
+void Allocator::check_invariants() const {
+  std::size_t n = impl_->count();
+  std::size_t backed = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    StreamPool* p = impl_->pool_at(i);
+    std::lock_guard lock(p->lock());
+    p->check_invariants();
+    backed += p->arena(true).mapped_bytes() + p->arena(false).mapped_bytes();
+  }
+  std::lock_guard lock(impl_->physical.mutex());
+  impl_->physical.check_invariants();
+  bool plain = impl_->config.force_plain || !impl_->backend->supports_virtual_memory();
+  if (!plain && backed + impl_->physical.free_piece_bytes() != impl_->physical.reserved())
+    throw Error("reserved bytes differ from mapped plus free physical pieces");
+}
+
+}  // namespace gpumem

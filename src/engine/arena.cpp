@@ -1,0 +1,362 @@
+#include "engine/arena.hpp"
+
+#include <algorithm>
+#include <string>
+
+namespace gpumem::engine {
+namespace {
+constexpr std::size_t kMinBlock = 512;
+constexpr std::size_t kMiB = std::size_t(1) << 20;
+constexpr std::size_t kMaxQuantum = 64 * kMiB;
+
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+}  // namespace
+
+Arena::Arena(Backend& backend, PhysicalMemory& physical, BlockRecycler& recycler, const AllocatorConfig& config,
+             StreamId stream, bool small_pool)
+    : backend_(backend), physical_(physical), recycler_(recycler), config_(config), stream_(stream),
+      small_(small_pool), granularity_(backend.granularity()) {}
+
+Arena::~Arena() {
+  std::lock_guard lock(physical_.mutex());
+  for (auto& [va, m] : mappings_) {
+    physical_.unmap(va, m.piece);
+    physical_.give_piece(m.piece);
+  }
+  for (auto& r : regions_) {
+    for (Block* b = r->first; b; b = b->next) {
+      delete b->other_streams;
+      b->other_streams = nullptr;
+    }
+    if (r->plain) physical_.free_segment(r->base, r->size, small_);
+    else backend_.release_range(r->base, r->size);
+  }
+}
+
+std::size_t Arena::chunk_quantum() const {
+  if (config_.min_chunk_bytes) return round_up(config_.min_chunk_bytes, granularity_);
+  // Grow in steps of 1/256 of what is reserved: few device calls while memory ramps up, and never
+  // more than 0.4% taken beyond the need when the program reaches its peak.
+  std::size_t q = std::clamp(physical_.reserved() / 256, granularity_, kMaxQuantum);
+  return round_up(q, granularity_);
+}
+
+Block* Arena::grow(std::size_t size) {
+  bool plain = config_.force_plain || !backend_.supports_virtual_memory();
+  return plain ? grow_plain(size) : grow_virtual(size);
+}
+
+Region& Arena::new_region(std::size_t min_bytes) {
+  std::size_t va = config_.pool_va_bytes;
+  if (!va) {
+    std::size_t total = backend_.mem_info().total;
+    va = small_ ? std::max(total / 8, std::size_t(1) << 30) : total;
+  }
+  va = round_up(std::max(va, min_bytes), granularity_);
+  auto r = std::make_unique<Region>();
+  r->base = backend_.reserve(va);
+  r->size = va;
+  regions_.push_back(std::move(r));
+  return *regions_.back();
+}
+
+Block* Arena::grow_virtual(std::size_t size) {
+  Region* r = regions_.empty() ? nullptr : regions_.back().get();
+  Block* tail = nullptr;
+  if (r && r->last && r->last->state == BlockState::free && r->last->end() == r->base + r->top) tail = r->last;
+  std::size_t need = round_up(size - (tail ? std::min(tail->size, size) : 0), granularity_);
+  if (!r || r->top + need > r->size) {
+    r = &new_region(round_up(size, granularity_));
+    tail = nullptr;
+    need = round_up(size, granularity_);
+  }
+  std::lock_guard lock(physical_.mutex());
+  std::vector<Piece> pieces;
+  std::size_t got = physical_.take_pieces(need, pieces);
+  if (got < need && reclaim(need - got, tail) > 0) got += physical_.take_pieces(need - got, pieces);
+  if (got < need) {
+    std::size_t want = need - got;
+    std::size_t chunk = std::max(want, chunk_quantum());
+    chunk = std::min(chunk, r->size - r->top - got);
+    if (physical_.would_exceed_limit(chunk)) chunk = want;
+    try {
+      try {
+        pieces.push_back(physical_.create_chunk(chunk, small_));
+      } catch (const OutOfMemoryError&) {
+        if (chunk == want) throw;
+        pieces.push_back(physical_.create_chunk(want, small_));
+      }
+    } catch (...) {
+      for (const Piece& p : pieces) physical_.give_piece(p);
+      throw;
+    }
+  }
+  DevicePtr at = r->base + r->top;
+  std::size_t mapped = 0;
+  std::size_t i = 0;
+  try {
+    for (; i < pieces.size(); ++i) {
+      physical_.map(at + mapped, pieces[i]);
+      mappings_.emplace(at + mapped, Mapping{pieces[i].bytes, pieces[i]});
+      mapped += pieces[i].bytes;
+    }
+  } catch (...) {
+    for (; i < pieces.size(); ++i) physical_.give_piece(pieces[i]);
+    if (mapped) extend_top(*r, tail, mapped);
+    throw;
+  }
+  return extend_top(*r, tail, mapped);
+}
+
+Block* Arena::extend_top(Region& r, Block* tail, std::size_t bytes) {
+  DevicePtr at = r.base + r.top;
+  r.top += bytes;
+  mapped_bytes_ += bytes;
+  if (tail) {
+    free_.remove(tail);
+    tail->size += bytes;
+    free_.insert(tail);
+    return tail;
+  }
+  Block* b = recycler_.make();
+  b->addr = at;
+  b->size = bytes;
+  b->region = &r;
+  b->state = BlockState::free;
+  append_block(r, b);
+  free_.insert(b);
+  return b;
+}
+
+std::size_t Arena::reclaim(std::size_t bytes, const Block* keep) {
+  struct Candidate {
+    Block* block;
+    DevicePtr va;
+    std::size_t bytes;
+  };
+  std::vector<Candidate> candidates;
+  free_.for_each_at_least(granularity_, [&](Block* b) {
+    if (b == keep || b->region->plain) return;
+    for (auto it = mappings_.lower_bound(b->addr);
+         it != mappings_.end() && it->first + it->second.bytes <= b->end(); ++it)
+      candidates.push_back({b, it->first, it->second.bytes});
+  });
+  if (candidates.empty()) return 0;
+  // Fewest calls: the largest ranges first, until the need is covered (everything when bytes is 0).
+  std::sort(candidates.begin(), candidates.end(),
+            [](const Candidate& a, const Candidate& b) { return a.bytes > b.bytes; });
+  std::size_t chosen = 0, covered = 0;
+  while (chosen < candidates.size() && (bytes == 0 || covered < bytes)) covered += candidates[chosen++].bytes;
+  candidates.resize(chosen);
+  std::sort(candidates.begin(), candidates.end(),
+            [](const Candidate& a, const Candidate& b) { return a.va < b.va; });
+  // Freed blocks may still be read by work queued on this stream: let it finish first.
+  backend_.synchronize_stream(stream_);
+  Block* original = nullptr;
+  Block* current = nullptr;
+  for (const Candidate& c : candidates) {
+    if (c.block != original) original = current = c.block;
+    auto it = mappings_.find(c.va);
+    physical_.unmap(c.va, it->second.piece);
+    physical_.give_piece(it->second.piece);
+    mappings_.erase(it);
+    mapped_bytes_ -= c.bytes;
+    current = carve_hole(current, c.va, c.bytes);
+  }
+  return covered;
+}
+
+Block* Arena::carve_hole(Block* b, DevicePtr hole_addr, std::size_t bytes) {
+  free_.remove(b);
+  DevicePtr end = b->end();
+  Block* right = nullptr;
+  if (hole_addr + bytes < end) {
+    right = recycler_.make();
+    right->addr = hole_addr + bytes;
+    right->size = end - right->addr;
+    right->region = b->region;
+    right->state = BlockState::free;
+    insert_after(b, right);
+    free_.insert(right);
+  }
+  Block* hole = b;
+  if (hole_addr > b->addr) {
+    b->size = hole_addr - b->addr;
+    free_.insert(b);
+    hole = recycler_.make();
+    hole->region = b->region;
+    insert_after(b, hole);
+  }
+  hole->addr = hole_addr;
+  hole->size = bytes;
+  hole->state = BlockState::hole;
+  if (hole->prev && hole->prev->state == BlockState::hole) {
+    Block* p = hole->prev;
+    p->size += hole->size;
+    unlink(hole);
+    recycler_.recycle(hole);
+    hole = p;
+  }
+  if (hole->next && hole->next->state == BlockState::hole) {
+    Block* n = hole->next;
+    hole->size += n->size;
+    unlink(n);
+    recycler_.recycle(n);
+  }
+  return right;
+}
+
+Block* Arena::grow_plain(std::size_t size) {
+  // PyTorch's segment sizes: 2 MiB for small requests, 20 MiB up to 10 MiB, else the request rounded.
+  std::size_t exact = round_up(size, granularity_);
+  std::size_t segment = small_ ? std::max(exact, 2 * kMiB) : (size < 10 * kMiB ? 20 * kMiB : exact);
+  segment = round_up(segment, granularity_);
+  DevicePtr base;
+  {
+    std::lock_guard lock(physical_.mutex());
+    try {
+      base = physical_.allocate_segment(segment, small_);
+    } catch (const OutOfMemoryError&) {
+      if (segment == exact) throw;
+      segment = exact;
+      base = physical_.allocate_segment(segment, small_);
+    }
+  }
+  auto r = std::make_unique<Region>();
+  r->base = base;
+  r->size = r->top = segment;
+  r->plain = true;
+  regions_.push_back(std::move(r));
+  Block* b = recycler_.make();
+  b->addr = base;
+  b->size = segment;
+  b->region = regions_.back().get();
+  append_block(*regions_.back(), b);
+  free_.insert(b);
+  return b;
+}
+
+Block* Arena::take(Block* b, std::size_t size) {
+  free_.remove(b);
+  if (b->size - size >= kMinBlock) {
+    Block* rest = recycler_.make();
+    rest->addr = b->addr + size;
+    rest->size = b->size - size;
+    rest->region = b->region;
+    rest->state = BlockState::free;
+    insert_after(b, rest);
+    free_.insert(rest);
+    b->size = size;
+  }
+  b->state = BlockState::allocated;
+  return b;
+}
+
+void Arena::release(Block* b) noexcept {
+  b->state = BlockState::free;
+  b->requested = 0;
+  delete b->other_streams;
+  b->other_streams = nullptr;
+  if (b->prev && b->prev->state == BlockState::free) {
+    Block* p = b->prev;
+    free_.remove(p);
+    p->size += b->size;
+    unlink(b);
+    recycler_.recycle(b);
+    b = p;
+  }
+  if (b->next && b->next->state == BlockState::free) {
+    Block* n = b->next;
+    free_.remove(n);
+    b->size += n->size;
+    unlink(n);
+    recycler_.recycle(n);
+  }
+  free_.insert(b);
+}
+
+std::size_t Arena::release_cached() {
+  std::lock_guard lock(physical_.mutex());
+  std::size_t released = reclaim(0, nullptr);
+  for (auto it = regions_.begin(); it != regions_.end();) {
+    Region& r = **it;
+    if (r.plain && r.first == r.last && r.first->state == BlockState::free) {
+      free_.remove(r.first);
+      recycler_.recycle(r.first);
+      physical_.free_segment(r.base, r.size, small_);
+      released += r.size;
+      it = regions_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return released;
+}
+
+bool Arena::owns(DevicePtr p) const noexcept {
+  for (const auto& r : regions_)
+    if (p >= r->base && p < r->base + r->size) return true;
+  return false;
+}
+
+void Arena::append_block(Region& r, Block* b) {
+  b->prev = r.last;
+  b->next = nullptr;
+  if (r.last) r.last->next = b;
+  else r.first = b;
+  r.last = b;
+}
+
+void Arena::insert_after(Block* pos, Block* b) {
+  b->prev = pos;
+  b->next = pos->next;
+  if (pos->next) pos->next->prev = b;
+  else pos->region->last = b;
+  pos->next = b;
+}
+
+void Arena::unlink(Block* b) {
+  if (b->prev) b->prev->next = b->next;
+  else b->region->first = b->next;
+  if (b->next) b->next->prev = b->prev;
+  else b->region->last = b->prev;
+}
+
+void Arena::check_invariants() const {
+  auto fail = [](const std::string& what) { throw Error("arena invariant broken: " + what); };
+  std::size_t free_count = 0, free_bytes = 0, backed = 0;
+  for (const auto& rp : regions_) {
+    const Region& r = *rp;
+    DevicePtr expect = r.base;
+    for (Block* b = r.first; b; b = b->next) {
+      if (b->region != &r) fail("block in the wrong region");
+      if (b->addr != expect) fail("blocks are not contiguous");
+      if (b->size == 0 || b->size % kMinBlock) fail("block size not a positive multiple of 512");
+      if (b->next && b->next->prev != b) fail("broken back link");
+      if (!b->next && r.last != b) fail("region's last block is wrong");
+      if (b->state == BlockState::free) {
+        ++free_count;
+        free_bytes += b->size;
+        if (b->next && b->next->state == BlockState::free) fail("two adjacent free blocks");
+      }
+      if (b->state == BlockState::hole) {
+        if (b->next && b->next->state == BlockState::hole) fail("two adjacent holes");
+        if (mappings_.lower_bound(b->addr) != mappings_.lower_bound(b->end())) fail("a hole is mapped");
+      } else {
+        backed += b->size;
+      }
+      expect = b->end();
+    }
+    if (expect != r.base + r.top) fail("blocks do not end at the region's top");
+  }
+  if (free_count != free_.count() || free_bytes != free_.bytes()) fail("free index out of sync with blocks");
+  std::size_t mapped = 0;
+  for (const auto& [va, m] : mappings_) mapped += m.bytes;
+  std::size_t plain_bytes = 0;
+  for (const auto& r : regions_)
+    if (r->plain) plain_bytes += r->size;
+  if (mapped != mapped_bytes_) fail("mapped byte count out of sync");
+  if (backed != mapped_bytes_ + plain_bytes) fail("usable blocks are not exactly the mapped memory");
+}
+
+}  // namespace gpumem::engine

@@ -1,0 +1,100 @@
+// An arena: the address space one stream pool hands blocks out of, for one pool kind (small or large).
+//
+// With virtual memory (VMM backends) an arena is a few large reserved ranges ("regions"). Blocks fill a
+// region from its base up to `top`, the end of what is mapped. When no free block fits, the arena grows
+// at the top: it maps free physical pieces there (pieces unmapped elsewhere: "stitching", as in GMLake),
+// then, if those are not enough, takes back fully free mapped ranges from below the top, and only then
+// asks the device for a new chunk. So physical memory follows live bytes, whatever the address layout.
+// Without virtual memory each region is one plain device allocation (a "segment", as in PyTorch).
+//
+// Not thread-safe: the owning StreamPool's lock is held for every call; calls that touch physical
+// memory take PhysicalMemory's mutex themselves.
+#pragma once
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "engine/block.hpp"
+#include "engine/free_index.hpp"
+#include "engine/physical_memory.hpp"
+#include "gpumem/allocator.hpp"
+
+namespace gpumem::engine {
+
+struct Region {
+  DevicePtr base = 0;
+  std::size_t size = 0;
+  std::size_t top = 0;  // bytes from base that are mapped or holes; VMM regions only
+  bool plain = false;
+  Block* first = nullptr;
+  Block* last = nullptr;
+};
+
+class Arena {
+ public:
+  Arena(Backend& backend, PhysicalMemory& physical, BlockRecycler& recycler, const AllocatorConfig& config,
+        StreamId stream, bool small_pool);
+  ~Arena();
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  // A free block of at least `size` bytes, or nullptr.
+  Block* find(std::size_t size) const noexcept { return free_.find(size); }
+  // Makes room for `size` bytes and returns a free block that fits. Throws OutOfMemoryError.
+  Block* grow(std::size_t size);
+  // Carves `size` bytes off the front of free block `b`; returns the (now allocated) front part.
+  Block* take(Block* b, std::size_t size);
+  // Returns an allocated or pending block to the free set, merging it with free neighbours.
+  void release(Block* b) noexcept;
+  // Unmaps every fully free mapped range (VMM) or frees every fully free segment (plain).
+  // Returns the bytes of physical memory that became unused.
+  std::size_t release_cached();
+
+  bool small_pool() const noexcept { return small_; }
+  std::size_t free_blocks() const noexcept { return free_.count(); }
+  std::size_t free_bytes() const noexcept { return free_.bytes(); }
+  std::size_t largest_free() const noexcept { return free_.largest(); }
+  std::size_t mapped_bytes() const noexcept { return mapped_bytes_; }
+
+  template <typename Fn>
+  void for_each_block(Fn&& fn) const {
+    for (const auto& r : regions_)
+      for (Block* b = r->first; b; b = b->next) fn(*r, b);
+  }
+  bool owns(DevicePtr p) const noexcept;
+  // Throws gpumem::Error at the first broken invariant.
+  void check_invariants() const;
+
+ private:
+  struct Mapping {
+    std::size_t bytes;
+    Piece piece;
+  };
+  Block* grow_virtual(std::size_t size);
+  Block* grow_plain(std::size_t size);
+  Region& new_region(std::size_t min_bytes);
+  std::size_t chunk_quantum() const;
+  // Unmaps fully free mappings below the top (never inside `keep`) until `bytes` of pieces are free.
+  std::size_t reclaim(std::size_t bytes, const Block* keep);
+  Block* extend_top(Region& r, Block* tail, std::size_t bytes);
+  // Makes [hole, hole+bytes) of free block `b` a hole; returns the free block after it, if any.
+  Block* carve_hole(Block* b, DevicePtr hole, std::size_t bytes);
+  void append_block(Region& r, Block* b);
+  void insert_after(Block* pos, Block* b);
+  void unlink(Block* b);
+
+  Backend& backend_;
+  PhysicalMemory& physical_;
+  BlockRecycler& recycler_;
+  const AllocatorConfig& config_;
+  StreamId stream_;
+  bool small_;
+  std::size_t granularity_;
+  FreeIndex free_;
+  std::vector<std::unique_ptr<Region>> regions_;
+  std::map<DevicePtr, Mapping> mappings_;  // va -> mapping, VMM regions only
+  std::size_t mapped_bytes_ = 0;
+};
+
+}  // namespace gpumem::engine

@@ -1,0 +1,112 @@
+// Segregated-fit index of free blocks (as in TLSF): 64 first-level classes by power of two, each cut
+// into 32 second-level classes, with bitmaps so that the next non-empty class is found in O(1).
+// find() is best fit within the request's own class (a bounded scan) and otherwise takes the smallest
+// of the first few blocks of the next non-empty class, every one of which fits.
+#pragma once
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/block.hpp"
+
+namespace gpumem::engine {
+
+class FreeIndex {
+ public:
+  static constexpr int kSecondLevelBits = 5;
+  static constexpr int kSecondLevels = 1 << kSecondLevelBits;
+
+  void insert(Block* b) noexcept {
+    auto [fl, sl] = class_of(b->size);
+    Block*& head = heads_[fl][sl];
+    b->free_prev = nullptr;
+    b->free_next = head;
+    if (head) head->free_prev = b;
+    head = b;
+    first_bits_ |= std::uint64_t(1) << fl;
+    second_bits_[fl] |= 1u << sl;
+    ++count_;
+    bytes_ += b->size;
+  }
+
+  void remove(Block* b) noexcept {
+    auto [fl, sl] = class_of(b->size);
+    if (b->free_prev) b->free_prev->free_next = b->free_next;
+    else heads_[fl][sl] = b->free_next;
+    if (b->free_next) b->free_next->free_prev = b->free_prev;
+    if (!heads_[fl][sl]) {
+      second_bits_[fl] &= ~(1u << sl);
+      if (!second_bits_[fl]) first_bits_ &= ~(std::uint64_t(1) << fl);
+    }
+    b->free_prev = b->free_next = nullptr;
+    --count_;
+    bytes_ -= b->size;
+  }
+
+  // A free block of at least `size` bytes, or nullptr. The block stays in the index.
+  Block* find(std::size_t size) const noexcept {
+    auto [fl, sl] = class_of(size);
+    if (Block* b = best_in_list(heads_[fl][sl], size, 32)) return b;
+    // Any block of a higher class fits.
+    std::uint32_t sl_bits = (sl + 1 < kSecondLevels) ? second_bits_[fl] & (~0u << (sl + 1)) : 0;
+    if (!sl_bits) {
+      std::uint64_t fl_bits = (fl + 1 < 64) ? first_bits_ & (~std::uint64_t(0) << (fl + 1)) : 0;
+      if (!fl_bits) return nullptr;
+      fl = std::countr_zero(fl_bits);
+      sl_bits = second_bits_[fl];
+    }
+    sl = std::countr_zero(sl_bits);
+    return best_in_list(heads_[fl][sl], 0, 4);
+  }
+
+  // Calls fn(block) for every free block of at least `min_size` bytes (and some a little smaller).
+  template <typename Fn>
+  void for_each_at_least(std::size_t min_size, Fn&& fn) const {
+    auto [fl0, sl0] = class_of(min_size);
+    for (int fl = fl0; fl < 64; ++fl) {
+      if (!(first_bits_ & (std::uint64_t(1) << fl))) continue;
+      for (int sl = (fl == fl0 ? sl0 : 0); sl < kSecondLevels; ++sl)
+        for (Block* b = heads_[fl][sl]; b; b = b->free_next) fn(b);
+    }
+  }
+
+  std::size_t largest() const noexcept {
+    if (!first_bits_) return 0;
+    int fl = 63 - std::countl_zero(first_bits_);
+    int sl = 31 - std::countl_zero(second_bits_[fl]);
+    std::size_t best = 0;
+    for (Block* b = heads_[fl][sl]; b; b = b->free_next) best = b->size > best ? b->size : best;
+    return best;
+  }
+
+  std::size_t count() const noexcept { return count_; }
+  std::size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  struct Class {
+    int fl, sl;
+  };
+  static Class class_of(std::size_t size) noexcept {
+    if (size < kSecondLevels) return {0, int(size)};
+    int fl = std::bit_width(size) - 1;
+    int sl = int((size >> (fl - kSecondLevelBits)) & (kSecondLevels - 1));
+    return {fl, sl};
+  }
+  static Block* best_in_list(Block* head, std::size_t size, int max_scan) noexcept {
+    Block* best = nullptr;
+    for (Block* b = head; b && max_scan > 0; b = b->free_next, --max_scan) {
+      if (b->size < size) continue;
+      if (!best || b->size < best->size || (b->size == best->size && b->addr < best->addr)) best = b;
+      if (b->size == size) break;
+    }
+    return best;
+  }
+
+  Block* heads_[64][kSecondLevels] = {};
+  std::uint32_t second_bits_[64] = {};
+  std::uint64_t first_bits_ = 0;
+  std::size_t count_ = 0;
+  std::size_t bytes_ = 0;
+};
+
+}  // namespace gpumem::engine

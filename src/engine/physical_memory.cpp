@@ -1,0 +1,157 @@
+#include "engine/physical_memory.hpp"
+
+#include <algorithm>
+
+namespace gpumem::engine {
+
+PhysicalMemory::~PhysicalMemory() {
+  for (const Chunk& c : chunks_)
+    if (c.live) backend_.release_chunk(c.handle);
+}
+
+std::size_t PhysicalMemory::take_pieces(std::size_t bytes, std::vector<Piece>& out) {
+  std::size_t taken = 0;
+  while (taken < bytes && !free_pieces_.empty()) {
+    auto largest = std::max_element(free_pieces_.begin(), free_pieces_.end(),
+                                    [](const auto& a, const auto& b) { return a.second < b.second; });
+    auto [chunk, offset] = largest->first;
+    std::size_t size = largest->second;
+    std::size_t use = std::min(size, bytes - taken);
+    free_pieces_.erase(largest);
+    if (use < size) free_pieces_.emplace(std::make_pair(chunk, offset + use), size - use);
+    out.push_back(Piece{chunk, offset, use});
+    chunks_[chunk].free_bytes -= use;
+    free_piece_bytes_ -= use;
+    taken += use;
+  }
+  return taken;
+}
+
+void PhysicalMemory::give_piece(const Piece& piece) {
+  std::size_t offset = piece.offset, bytes = piece.bytes;
+  auto next = free_pieces_.lower_bound({piece.chunk, piece.offset});
+  if (next != free_pieces_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first.first == piece.chunk && prev->first.second + prev->second == offset) {
+      offset = prev->first.second;
+      bytes += prev->second;
+      free_pieces_.erase(prev);
+    }
+  }
+  if (next != free_pieces_.end() && next->first.first == piece.chunk &&
+      piece.offset + piece.bytes == next->first.second) {
+    bytes += next->second;
+    free_pieces_.erase(next);
+  }
+  free_pieces_.emplace(std::make_pair(piece.chunk, offset), bytes);
+  chunks_[piece.chunk].free_bytes += piece.bytes;
+  free_piece_bytes_ += piece.bytes;
+}
+
+void PhysicalMemory::count_segment(std::size_t bytes, bool small_pool, bool added) {
+  for (int kind : {int(kAggregatePool), small_pool ? int(kSmallPool) : int(kLargePool)}) {
+    if (added) {
+      segment_[kind].increase(1);
+      reserved_bytes_[kind].increase(std::int64_t(bytes));
+    } else {
+      segment_[kind].decrease(1);
+      reserved_bytes_[kind].decrease(std::int64_t(bytes));
+    }
+  }
+  if (added) {
+    reserved_ += bytes;
+    ++device_allocs_;
+  } else {
+    reserved_ -= bytes;
+    ++device_frees_;
+  }
+}
+
+Piece PhysicalMemory::create_chunk(std::size_t bytes, bool small_pool) {
+  if (would_exceed_limit(bytes))
+    throw OutOfMemoryError("the allocator's limit of " + format_bytes(limit_) + " would be crossed (" +
+                           format_bytes(reserved_) + " reserved, " + format_bytes(bytes) + " more needed)");
+  ChunkHandle handle = backend_.create_chunk(bytes);
+  std::size_t index;
+  if (!dead_chunk_slots_.empty()) {
+    index = dead_chunk_slots_.back();
+    dead_chunk_slots_.pop_back();
+  } else {
+    index = chunks_.size();
+    chunks_.emplace_back();
+  }
+  chunks_[index] = Chunk{handle, bytes, 0, small_pool, true};
+  count_segment(bytes, small_pool, true);
+  return Piece{index, 0, bytes};
+}
+
+std::size_t PhysicalMemory::release_unused_chunks() {
+  std::size_t released = 0;
+  for (std::size_t i = 0; i < chunks_.size(); ++i) {
+    Chunk& c = chunks_[i];
+    if (!c.live || c.free_bytes != c.bytes) continue;
+    free_pieces_.erase({i, 0});  // all its pieces merged into one
+    free_piece_bytes_ -= c.bytes;
+    backend_.release_chunk(c.handle);
+    count_segment(c.bytes, c.small_pool, false);
+    released += c.bytes;
+    c = Chunk{};
+    dead_chunk_slots_.push_back(i);
+  }
+  return released;
+}
+
+void PhysicalMemory::map(DevicePtr va, const Piece& piece) {
+  backend_.map(va, piece.bytes, chunks_[piece.chunk].handle, piece.offset);
+}
+
+void PhysicalMemory::unmap(DevicePtr va, const Piece& piece) noexcept { backend_.unmap(va, piece.bytes); }
+
+DevicePtr PhysicalMemory::allocate_segment(std::size_t bytes, bool small_pool) {
+  if (would_exceed_limit(bytes))
+    throw OutOfMemoryError("the allocator's limit of " + format_bytes(limit_) + " would be crossed (" +
+                           format_bytes(reserved_) + " reserved, " + format_bytes(bytes) + " more needed)");
+  DevicePtr p = backend_.allocate(bytes);
+  count_segment(bytes, small_pool, true);
+  return p;
+}
+
+void PhysicalMemory::free_segment(DevicePtr ptr, std::size_t bytes, bool small_pool) noexcept {
+  backend_.free(ptr);
+  count_segment(bytes, small_pool, false);
+}
+
+void PhysicalMemory::reset_peaks() {
+  for (auto* stats : {&segment_, &reserved_bytes_})
+    for (Stat& s : *stats) s.reset_peak();
+}
+
+void PhysicalMemory::reset_accumulated() {
+  for (auto* stats : {&segment_, &reserved_bytes_})
+    for (Stat& s : *stats) s.reset_accumulated();
+}
+
+void PhysicalMemory::check_invariants() const {
+  std::size_t total = 0, live_bytes = 0;
+  std::vector<std::size_t> per_chunk(chunks_.size());
+  std::pair<std::size_t, std::size_t> last_end{SIZE_MAX, 0};
+  for (const auto& [key, bytes] : free_pieces_) {
+    auto [chunk, offset] = key;
+    if (chunk >= chunks_.size() || !chunks_[chunk].live) throw Error("free piece of a dead chunk");
+    if (offset + bytes > chunks_[chunk].bytes) throw Error("free piece beyond its chunk");
+    if (last_end.first == chunk && last_end.second > offset) throw Error("overlapping free pieces");
+    if (last_end.first == chunk && last_end.second == offset) throw Error("unmerged free pieces");
+    last_end = {chunk, offset + bytes};
+    per_chunk[chunk] += bytes;
+    total += bytes;
+  }
+  if (total != free_piece_bytes_) throw Error("free piece bytes out of sync");
+  for (std::size_t i = 0; i < chunks_.size(); ++i) {
+    if (!chunks_[i].live) continue;
+    if (per_chunk[i] != chunks_[i].free_bytes) throw Error("chunk free bytes out of sync");
+    live_bytes += chunks_[i].bytes;
+  }
+  (void)live_bytes;
+}
+
+}  // namespace gpumem::engine

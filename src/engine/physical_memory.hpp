@@ -1,0 +1,83 @@
+// Physical memory shared by every arena of one allocator: the chunks taken from the device, the
+// pieces of them that are currently mapped nowhere (free to be stitched into any arena), the limit,
+// and the segment / reserved statistics. Every method requires mutex() to be held.
+#pragma once
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "gpumem/backend.hpp"
+#include "gpumem/stats.hpp"
+
+namespace gpumem::engine {
+
+// A range of one chunk: what one map() call puts behind a virtual range.
+struct Piece {
+  std::size_t chunk = 0;  // index into the chunk table
+  std::size_t offset = 0;
+  std::size_t bytes = 0;
+};
+
+class PhysicalMemory {
+ public:
+  explicit PhysicalMemory(Backend& backend) : backend_(backend) {}
+  ~PhysicalMemory();
+
+  std::mutex& mutex() { return mutex_; }
+
+  std::size_t reserved() const { return reserved_; }
+  std::size_t limit() const { return limit_; }
+  void set_limit(std::size_t bytes) { limit_ = bytes; }
+  std::size_t free_piece_bytes() const { return free_piece_bytes_; }
+
+  // Moves up to `bytes` of unmapped pieces (largest first; the last one split) into `out`.
+  std::size_t take_pieces(std::size_t bytes, std::vector<Piece>& out);
+  // Puts pieces back into the free set, merging neighbours of the same chunk.
+  void give_piece(const Piece& piece);
+  // A new chunk from the device, entirely in the returned piece. Throws OutOfMemoryError when the
+  // limit or the device has no room; nothing changes then.
+  Piece create_chunk(std::size_t bytes, bool small_pool);
+  // Releases every chunk whose pieces are all free. Returns the bytes given back to the device.
+  std::size_t release_unused_chunks();
+  void map(DevicePtr va, const Piece& piece);
+  void unmap(DevicePtr va, const Piece& piece) noexcept;
+
+  // Plain (non-VMM) segments.
+  DevicePtr allocate_segment(std::size_t bytes, bool small_pool);
+  void free_segment(DevicePtr ptr, std::size_t bytes, bool small_pool) noexcept;
+
+  bool would_exceed_limit(std::size_t more) const { return limit_ && reserved_ + more > limit_; }
+
+  const StatArray& segment_stats() const { return segment_; }
+  const StatArray& reserved_stats() const { return reserved_bytes_; }
+  std::int64_t device_allocs() const { return device_allocs_; }
+  std::int64_t device_frees() const { return device_frees_; }
+  void reset_peaks();
+  void reset_accumulated();
+  // Throws gpumem::Error if the free-piece accounting is inconsistent.
+  void check_invariants() const;
+
+ private:
+  struct Chunk {
+    ChunkHandle handle = 0;
+    std::size_t bytes = 0;
+    std::size_t free_bytes = 0;  // bytes of this chunk in free pieces
+    bool small_pool = false;
+    bool live = false;
+  };
+  void count_segment(std::size_t bytes, bool small_pool, bool added);
+
+  Backend& backend_;
+  std::mutex mutex_;
+  std::vector<Chunk> chunks_;
+  std::vector<std::size_t> dead_chunk_slots_;
+  std::map<std::pair<std::size_t, std::size_t>, std::size_t> free_pieces_;  // (chunk, offset) -> bytes
+  std::size_t free_piece_bytes_ = 0;
+  std::size_t reserved_ = 0;
+  std::size_t limit_ = 0;
+  StatArray segment_{}, reserved_bytes_{};
+  std::int64_t device_allocs_ = 0, device_frees_ = 0;
+};
+
+}  // namespace gpumem::engine

@@ -1,0 +1,69 @@
+// A stream pool: everything one stream allocates, behind one lock. Two arenas (small requests up to
+// 1 MiB, large above), the table of live blocks, the blocks freed but still in use on other streams,
+// and the pool's share of the statistics. Pools of different streams never wait for each other; they
+// meet only in PhysicalMemory when memory must grow.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "engine/arena.hpp"
+#include "engine/pointer_map.hpp"
+#include "engine/spin_lock.hpp"
+
+namespace gpumem::engine {
+
+struct PoolStats {
+  StatArray allocation{}, active{}, inactive_split{};
+  StatArray allocated_bytes{}, active_bytes{}, inactive_split_bytes{}, requested_bytes{};
+};
+
+class StreamPool {
+ public:
+  StreamPool(Backend& backend, PhysicalMemory& physical, const AllocatorConfig& config, StreamId stream);
+  ~StreamPool();
+
+  StreamId stream() const noexcept { return stream_; }
+  SpinLock& lock() noexcept { return lock_; }
+
+  // All below require lock() held.
+  Block* allocate(std::size_t request);  // throws OutOfMemoryError
+  // Returns false if ptr is not live in this pool.
+  bool deallocate(DevicePtr ptr, StreamId free_stream) noexcept;
+  Block* find_live(DevicePtr ptr) const noexcept { return live_.find(ptr); }
+  void record_stream(Block* b, StreamId stream);
+  // Returns freed-but-pending blocks whose streams are done; with `wait`, waits for them first.
+  void process_pending(bool wait) noexcept;
+  std::size_t release_cached();
+  bool has_pending() const noexcept { return !pending_.empty(); }
+  // True if ptr is the start of a block this pool holds free or pending (a double free).
+  bool is_freed_block(DevicePtr ptr) const noexcept;
+
+  const PoolStats& stats() const noexcept { return stats_; }
+  void reset_peaks() noexcept;
+  void reset_accumulated() noexcept;
+  std::size_t largest_free() const noexcept;
+  const Arena& arena(bool small) const noexcept { return small ? small_ : large_; }
+  void check_invariants() const;
+
+ private:
+  struct Pending {
+    Block* block;
+    std::vector<EventHandle> events;
+    bool needs_sync;  // recording an event failed: only a full synchronize can return it
+  };
+  void account(Block* b, bool allocated) noexcept;
+  void account_active(Block* b, bool active) noexcept;
+  void refresh_inactive_split() noexcept;
+  void return_block(Block* b) noexcept;
+
+  StreamId stream_;
+  Backend& backend_;
+  SpinLock lock_;
+  BlockRecycler recycler_;  // before the arenas: their blocks live in its slabs
+  Arena small_, large_;
+  PointerMap live_;
+  std::vector<Pending> pending_;
+  PoolStats stats_;
+};
+
+}  // namespace gpumem::engine

@@ -1,0 +1,106 @@
+// Basic behaviour of the engine on the sim backend: the lead's smoke tests. The property, stress and
+// fault-injection suites live beside this file.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "gpumem/allocator.hpp"
+#include "gpumem/sim_backend.hpp"
+
+namespace gpumem {
+namespace {
+constexpr std::size_t kMiB = std::size_t(1) << 20;
+
+std::shared_ptr<SimBackend> sim(std::size_t capacity = std::size_t(8) << 30) {
+  SimBackendOptions o;
+  o.capacity = capacity;
+  return std::make_shared<SimBackend>(o);
+}
+
+TEST(AllocatorBasic, AllocateFreeReuseAndStats) {
+  Allocator a(sim());
+  void* p = a.allocate(1000, 0);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(a.block_size(p), 1024u);
+  DeviceStats s = a.stats();
+  EXPECT_EQ(s.allocated_bytes[kAggregatePool].current, 1024);
+  EXPECT_EQ(s.requested_bytes[kAggregatePool].current, 1000);
+  EXPECT_EQ(s.allocation[kSmallPool].current, 1);
+  a.deallocate(p, 0);
+  void* q = a.allocate(1000, 0);
+  EXPECT_EQ(p, q) << "a freed block is reusable at once on its own stream";
+  a.deallocate(q, 0);
+  s = a.stats();
+  EXPECT_EQ(s.allocated_bytes[kAggregatePool].current, 0);
+  EXPECT_EQ(s.allocated_bytes[kAggregatePool].peak, 1024);
+  a.check_invariants();
+}
+
+TEST(AllocatorBasic, LargeBlocksAreBackedByChunksAndEmptyCacheReleasesThem) {
+  Allocator a(sim());
+  void* p = a.allocate(100 * kMiB, 0);
+  DeviceStats s = a.stats();
+  EXPECT_GE(s.reserved_bytes[kAggregatePool].current, std::int64_t(100 * kMiB));
+  a.deallocate(p, 0);
+  a.empty_cache();
+  s = a.stats();
+  EXPECT_EQ(s.reserved_bytes[kAggregatePool].current, 0);
+  a.check_invariants();
+}
+
+TEST(AllocatorBasic, FreePagesAreStitchedIntoANewLargeBlock) {
+  AllocatorConfig c;
+  c.min_chunk_bytes = 2 * kMiB;
+  Allocator a(sim(), c);
+  void* x = a.allocate(64 * kMiB, 0);
+  void* pin = a.allocate(64 * kMiB, 0);
+  a.deallocate(x, 0);
+  // 64 MiB free below a live block: a 100 MiB request reuses those pages plus 36 MiB new ones.
+  void* big = a.allocate(100 * kMiB, 0);
+  DeviceStats s = a.stats();
+  EXPECT_EQ(s.reserved_bytes[kAggregatePool].current, std::int64_t(164 * kMiB));
+  a.check_invariants();
+  a.deallocate(big, 0);
+  a.deallocate(pin, 0);
+  a.check_invariants();
+}
+
+TEST(AllocatorBasic, LimitIsEnforcedAfterReleasingTheCache) {
+  Allocator a(sim());
+  a.set_limit(64 * kMiB);
+  void* p = a.allocate(40 * kMiB, 0);
+  EXPECT_THROW(a.allocate(40 * kMiB, 0), OutOfMemoryError);
+  a.deallocate(p, 0);
+  void* q = a.allocate(60 * kMiB, 0);
+  EXPECT_NE(q, nullptr);
+  EXPECT_LE(a.stats().reserved_bytes[kAggregatePool].peak, std::int64_t(64 * kMiB) + std::int64_t(40 * kMiB));
+  EXPECT_EQ(a.stats().num_ooms, 1);
+  a.deallocate(q, 0);
+  a.check_invariants();
+}
+
+TEST(AllocatorBasic, SummaryHasPyTorchLayout) {
+  Allocator a(sim());
+  void* p = a.allocate(3 * kMiB, 0);
+  std::string s = a.memory_summary();
+  EXPECT_NE(s.find("| Allocated memory      |"), std::string::npos) << s;
+  EXPECT_NE(s.find("|       from large pool |"), std::string::npos) << s;
+  for (std::size_t start = 0, end; (end = s.find('\n', start)) != std::string::npos; start = end + 1)
+    EXPECT_EQ(end - start, 77u) << s.substr(start, end - start);
+  a.deallocate(p, 0);
+}
+
+TEST(AllocatorBasic, PlainBackendUsesSegments) {
+  SimBackendOptions o;
+  o.virtual_memory = false;
+  Allocator a(std::make_shared<SimBackend>(o));
+  void* p = a.allocate(kMiB + 1, 0);
+  EXPECT_EQ(a.stats().reserved_bytes[kAggregatePool].current, std::int64_t(20 * kMiB));
+  a.deallocate(p, 0);
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved_bytes[kAggregatePool].current, 0);
+  a.check_invariants();
+}
+
+}  // namespace
+}  // namespace gpumem
