@@ -1,0 +1,33 @@
+// CUDA backends: real GPU memory through the CUDA driver API, loaded at run time (no link-time CUDA).
+//
+//  - "cuda": virtual memory management (cuMemAddressReserve / cuMemCreate / cuMemMap / cuMemSetAccess):
+//    the engine's page packing and stitching on real memory. Granularity is the driver's recommended one
+//    (2 MiB on current GPUs).
+//  - "cuda-plain": cuMemAlloc / cuMemFree only, for drivers or setups without VMM.
+// Both work in the device's primary context (the one the CUDA runtime and PyTorch use) and make it current
+// only for the calls that need one, restoring the caller's context after. Events come from a pool
+// (timing disabled). Without a driver or device, creation throws BackendUnavailableError with one sentence.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "gpumem/backend.hpp"
+
+namespace gpumem {
+
+enum class CudaMemoryMode { virtual_memory, plain };
+
+// Throws BackendUnavailableError when the driver, the device, or (for virtual_memory) VMM support is missing.
+std::shared_ptr<Backend> make_cuda_backend(int device, CudaMemoryMode mode = CudaMemoryMode::virtual_memory);
+
+// Number of CUDA devices; throws BackendUnavailableError without a driver.
+int cuda_device_count();
+
+// Empty when the driver loads and initialises; otherwise the sentence creation would throw.
+std::string cuda_unavailable_reason();
+
+// Synchronous copies between host memory and device memory of a CUDA backend (tests, checks).
+void cuda_copy_to_device(Backend& backend, DevicePtr dst, const void* src, std::size_t bytes);
+void cuda_copy_to_host(Backend& backend, void* dst, DevicePtr src, std::size_t bytes);
+
+}  // namespace gpumem

@@ -1,0 +1,267 @@
+// CUDA backends over the driver API (see include/gpumem/cuda_backend.hpp).
+#include "gpumem/cuda_backend.hpp"
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backends/cuda_driver.hpp"
+
+namespace gpumem {
+namespace {
+
+using namespace gpumem::cuda;
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int ordinal, CudaMemoryMode mode) : ordinal_(ordinal), mode_(mode) {
+    const Driver& d = driver();
+    int count = 0;
+    check(d.cuDeviceGetCount(&count), "cuDeviceGetCount");
+    if (ordinal < 0 || ordinal >= count)
+      throw BackendUnavailableError("CUDA device " + std::to_string(ordinal) + " does not exist (this machine has " +
+                                    std::to_string(count) + ")");
+    check(d.cuDeviceGet(&device_, ordinal), "cuDeviceGet");
+    if (mode == CudaMemoryMode::virtual_memory) {
+      int vmm = 0;
+      check(d.cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device_),
+            "cuDeviceGetAttribute");
+      if (!vmm)
+        throw BackendUnavailableError("CUDA device " + std::to_string(ordinal) +
+                                      " does not support virtual memory management; use the cuda-plain backend");
+    }
+    check(d.cuDevicePrimaryCtxRetain(&context_, device_), "cuDevicePrimaryCtxRetain");
+    prop_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop_.location = {CU_MEM_LOCATION_TYPE_DEVICE, ordinal};
+    access_.location = prop_.location;
+    access_.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    granularity_ = std::size_t(2) << 20;  // cuMemAlloc's own rounding for large blocks, in plain mode
+    if (mode == CudaMemoryMode::virtual_memory) {
+      CUresult r = d.cuMemGetAllocationGranularity(&granularity_, &prop_, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+      if (r != CUDA_SUCCESS) {
+        d.cuDevicePrimaryCtxRelease(device_);
+        check(r, "cuMemGetAllocationGranularity");
+      }
+    }
+  }
+
+  ~CudaBackend() override {
+    const Driver& d = driver();
+    {
+      ContextGuardNoThrow guard(context_);
+      for (CUevent e : all_events_) d.cuEventDestroy(e);
+    }
+    d.cuDevicePrimaryCtxRelease(device_);
+  }
+
+  const char* name() const noexcept override { return mode_ == CudaMemoryMode::plain ? "cuda-plain" : "cuda"; }
+  int device() const noexcept override { return ordinal_; }
+  std::size_t granularity() const noexcept override { return granularity_; }
+  bool supports_virtual_memory() const noexcept override { return mode_ == CudaMemoryMode::virtual_memory; }
+
+  DevicePtr reserve(std::size_t bytes) override {
+    require_vmm("reserve");
+    require_aligned(bytes, "reserve size");
+    ContextGuard guard(context_);  // VMM calls need no context on current drivers; older ones did
+    CUdeviceptr ptr = 0;
+    check(driver().cuMemAddressReserve(&ptr, bytes, granularity_, 0, 0), "cuMemAddressReserve");
+    ++counts_.reserves;
+    return DevicePtr(ptr);
+  }
+
+  void release_range(DevicePtr base, std::size_t bytes) noexcept override {
+    ContextGuardNoThrow guard(context_);
+    if (driver().cuMemAddressFree(CUdeviceptr(base), bytes) == CUDA_SUCCESS) ++counts_.range_releases;
+  }
+
+  ChunkHandle create_chunk(std::size_t bytes) override {
+    require_vmm("create_chunk");
+    require_aligned(bytes, "chunk size");
+    ContextGuard guard(context_);
+    CUmemGenericAllocationHandle handle = 0;
+    check(driver().cuMemCreate(&handle, bytes, &prop_, 0), "cuMemCreate");
+    ++counts_.creates;
+    return ChunkHandle(handle);
+  }
+
+  void release_chunk(ChunkHandle chunk) noexcept override {
+    ContextGuardNoThrow guard(context_);
+    if (driver().cuMemRelease(CUmemGenericAllocationHandle(chunk)) == CUDA_SUCCESS) ++counts_.chunk_releases;
+  }
+
+  void map(DevicePtr va, std::size_t bytes, ChunkHandle chunk, std::size_t offset) override {
+    require_vmm("map");
+    require_aligned(va, "mapping address");
+    require_aligned(bytes, "mapping size");
+    require_aligned(offset, "mapping offset");
+    ContextGuard guard(context_);
+    const Driver& d = driver();
+    check(d.cuMemMap(CUdeviceptr(va), bytes, offset, CUmemGenericAllocationHandle(chunk), 0), "cuMemMap");
+    CUresult r = d.cuMemSetAccess(CUdeviceptr(va), bytes, &access_, 1);
+    if (r != CUDA_SUCCESS) {
+      d.cuMemUnmap(CUdeviceptr(va), bytes);  // leave no partial state
+      check(r, "cuMemSetAccess");
+    }
+    ++counts_.maps;
+  }
+
+  void unmap(DevicePtr va, std::size_t bytes) noexcept override {
+    ContextGuardNoThrow guard(context_);
+    if (driver().cuMemUnmap(CUdeviceptr(va), bytes) == CUDA_SUCCESS) ++counts_.unmaps;
+  }
+
+  DevicePtr allocate(std::size_t bytes) override {
+    ContextGuard guard(context_);
+    CUdeviceptr ptr = 0;
+    check(driver().cuMemAlloc(&ptr, bytes ? bytes : 1), "cuMemAlloc");
+    ++counts_.plain_allocs;
+    return DevicePtr(ptr);
+  }
+
+  void free(DevicePtr ptr) noexcept override {
+    ContextGuardNoThrow guard(context_);
+    if (driver().cuMemFree(CUdeviceptr(ptr)) == CUDA_SUCCESS) ++counts_.plain_frees;
+  }
+
+  MemInfo mem_info() override {
+    ContextGuard guard(context_);
+    MemInfo info;
+    check(driver().cuMemGetInfo(&info.free, &info.total), "cuMemGetInfo");
+    return info;
+  }
+
+  EventHandle record_event(StreamId stream) override {
+    ContextGuard guard(context_);
+    CUevent event = take_event();
+    CUresult r = driver().cuEventRecord(event, reinterpret_cast<CUstream>(stream));
+    if (r != CUDA_SUCCESS) {
+      release_event(EventHandle(reinterpret_cast<std::uintptr_t>(event)));
+      check(r, "cuEventRecord");
+    }
+    return EventHandle(reinterpret_cast<std::uintptr_t>(event));
+  }
+
+  // The handle is the CUevent itself: no table lookup, so concurrent queries need no lock.
+  bool event_done(EventHandle event) override {
+    CUresult r = driver().cuEventQuery(reinterpret_cast<CUevent>(std::uintptr_t(event)));
+    if (r == CUDA_SUCCESS) return true;
+    if (r == CUDA_ERROR_NOT_READY) return false;
+    check(r, "cuEventQuery");
+    return true;
+  }
+
+  void release_event(EventHandle event) noexcept override {
+    std::lock_guard<std::mutex> lock(events_mutex_);
+    free_events_.push_back(reinterpret_cast<CUevent>(std::uintptr_t(event)));
+  }
+
+  void synchronize() override {
+    ContextGuard guard(context_);
+    check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
+    ++counts_.syncs;
+  }
+
+  void synchronize_stream(StreamId stream) override {
+    ContextGuard guard(context_);
+    check(driver().cuStreamSynchronize(reinterpret_cast<CUstream>(stream)), "cuStreamSynchronize");
+    ++counts_.syncs;
+  }
+
+  CUcontext context() const noexcept { return context_; }
+
+ private:
+  // For noexcept paths: switches context when it can, silently does nothing when it cannot.
+  class ContextGuardNoThrow {
+   public:
+    explicit ContextGuardNoThrow(CUcontext ctx) {
+      const Driver& d = driver();
+      if (d.cuCtxGetCurrent(&previous_) == CUDA_SUCCESS && previous_ != ctx)
+        switched_ = d.cuCtxSetCurrent(ctx) == CUDA_SUCCESS;
+    }
+    ~ContextGuardNoThrow() {
+      if (switched_) driver().cuCtxSetCurrent(previous_);
+    }
+
+   private:
+    CUcontext previous_ = nullptr;
+    bool switched_ = false;
+  };
+
+  CUevent take_event() {  // caller holds a ContextGuard: events belong to the current context
+    {
+      std::lock_guard<std::mutex> lock(events_mutex_);
+      if (!free_events_.empty()) {
+        CUevent e = free_events_.back();
+        free_events_.pop_back();
+        return e;
+      }
+    }
+    CUevent e = nullptr;
+    check(driver().cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    std::lock_guard<std::mutex> lock(events_mutex_);
+    all_events_.push_back(e);
+    return e;
+  }
+
+  void require_vmm(const char* call) const {
+    if (mode_ != CudaMemoryMode::virtual_memory)
+      throw BackendError(std::string("cuda-plain backend: ") + call + " needs virtual memory management");
+  }
+  void require_aligned(std::size_t value, const char* what) const {
+    if (value == 0 || value % granularity_)
+      throw BackendError(std::string("cuda backend: ") + what + " " + std::to_string(value) +
+                         " is not a positive multiple of the granularity (" + std::to_string(granularity_) + ")");
+  }
+
+  int ordinal_;
+  CudaMemoryMode mode_;
+  CUdevice device_ = 0;
+  CUcontext context_ = nullptr;
+  std::size_t granularity_ = 0;
+  CUmemAllocationProp prop_{};
+  CUmemAccessDesc access_{};
+  std::mutex events_mutex_;
+  std::vector<CUevent> free_events_;
+  std::vector<CUevent> all_events_;
+};
+
+CudaBackend& as_cuda(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  if (!cuda) throw BackendError(std::string("backend '") + backend.name() + "' is not a CUDA backend");
+  return *cuda;
+}
+
+}  // namespace
+
+std::shared_ptr<Backend> make_cuda_backend(int device, CudaMemoryMode mode) {
+  return std::make_shared<CudaBackend>(device, mode);
+}
+
+int cuda_device_count() {
+  int count = 0;
+  check(driver().cuDeviceGetCount(&count), "cuDeviceGetCount");
+  return count;
+}
+
+std::string cuda_unavailable_reason() {
+  try {
+    driver();
+    return {};
+  } catch (const BackendUnavailableError& e) {
+    return e.what();
+  }
+}
+
+void cuda_copy_to_device(Backend& backend, DevicePtr dst, const void* src, std::size_t bytes) {
+  CudaBackend& cuda = as_cuda(backend);
+  ContextGuard guard(cuda.context());
+  check(driver().cuMemcpyHtoD(CUdeviceptr(dst), src, bytes), "cuMemcpyHtoD");
+}
+
+void cuda_copy_to_host(Backend& backend, void* dst, DevicePtr src, std::size_t bytes) {
+  CudaBackend& cuda = as_cuda(backend);
+  ContextGuard guard(cuda.context());
+  check(driver().cuMemcpyDtoH(dst, CUdeviceptr(src), bytes), "cuMemcpyDtoH");
+}
+
+}  // namespace gpumem

@@ -1,0 +1,110 @@
+// The CUDA backends join the conformance suite. Without a driver (CI), every CUDA test skips with the
+// backend's own one-sentence reason; the tests at the bottom check that reason and the error type.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "backends/conformance.hpp"
+#include "backends/cuda_driver.hpp"
+#include "gpumem/cuda_backend.hpp"
+
+namespace {
+
+using gpumem::Backend;
+using gpumem::CudaMemoryMode;
+using gpumem::DevicePtr;
+using gpumem::conformance::BackendConformance;
+using gpumem::conformance::BackendParams;
+using gpumem::conformance::BackendUnderTest;
+
+BackendUnderTest cuda(CudaMemoryMode mode) {
+  BackendUnderTest b;
+  b.name = mode == CudaMemoryMode::plain ? "cuda_plain" : "cuda";
+  b.factory = [mode](const BackendParams&) { return gpumem::make_cuda_backend(0, mode); };
+  b.has_real_memory = true;
+  b.copy_in = [](Backend& be, DevicePtr dst, const void* src, std::size_t n) {
+    gpumem::cuda_copy_to_device(be, dst, src, n);
+  };
+  b.copy_out = [](Backend& be, void* dst, DevicePtr src, std::size_t n) { gpumem::cuda_copy_to_host(be, dst, src, n); };
+  b.honors_capacity = false;  // a real GPU has the capacity it has
+  return b;
+}
+
+// One sentence: no line breaks, and it names CUDA so the user knows what is missing.
+void expect_one_sentence(const std::string& message) {
+  EXPECT_FALSE(message.empty());
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  EXPECT_NE(message.find("CUDA"), std::string::npos) << message;
+}
+
+// Runs fn in a forked child and returns the string it produced.
+template <typename Fn>
+std::string in_child(Fn fn) {
+  int fds[2];
+  if (pipe(fds) != 0) return "pipe failed";
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    std::string out = fn();
+    ssize_t ignored = write(fds[1], out.data(), out.size());
+    (void)ignored;
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[512];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, std::size_t(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return out;
+}
+
+TEST(CudaDriver, MissingLibraryGivesOneClearSentence) {
+  std::string why = gpumem::cuda::probe_driver("/nonexistent/gpumem-test/libcuda.so.1");
+  expect_one_sentence(why);
+  EXPECT_NE(why.find("could not be loaded"), std::string::npos) << why;
+}
+
+TEST(CudaDriver, StubLibraryIsRejectedAtInit) {
+  // The CUDA toolkit's link stub exports every symbol but fails cuInit: the loader must say so, not crash.
+  const char* stub = "/usr/local/cuda/lib64/stubs/libcuda.so";
+  if (access(stub, R_OK) != 0) GTEST_SKIP() << "no CUDA toolkit stub at " << stub;
+  // In a child: the stub's soname is libcuda.so.1, and once loaded it would shadow the real driver here.
+  std::string why = in_child([stub] { return gpumem::cuda::probe_driver(stub); });
+  expect_one_sentence(why);
+  EXPECT_NE(why.find("stub"), std::string::npos) << why;
+}
+
+TEST(CudaDriver, NoDriverMeansBackendUnavailable) {
+  std::string why = gpumem::cuda_unavailable_reason();
+  if (why.empty()) GTEST_SKIP() << "a CUDA driver is present here; the no-driver path is covered on machines without one";
+  for (auto mode : {CudaMemoryMode::virtual_memory, CudaMemoryMode::plain}) {
+    try {
+      gpumem::make_cuda_backend(0, mode);
+      FAIL() << "make_cuda_backend succeeded without a driver";
+    } catch (const gpumem::BackendUnavailableError& e) {
+      EXPECT_EQ(std::string(e.what()), why);
+      expect_one_sentence(e.what());
+    }
+  }
+  EXPECT_THROW(gpumem::cuda_device_count(), gpumem::BackendUnavailableError);
+}
+
+TEST(CudaDriver, NonexistentDeviceIsUnavailable) {
+  if (!gpumem::cuda_unavailable_reason().empty()) GTEST_SKIP() << gpumem::cuda_unavailable_reason();
+  int count = gpumem::cuda_device_count();
+  try {
+    gpumem::make_cuda_backend(count);
+    FAIL() << "device " << count << " should not exist";
+  } catch (const gpumem::BackendUnavailableError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not exist"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
+INSTANTIATE_TEST_SUITE_P(Cuda, BackendConformance,
+                         ::testing::Values(cuda(CudaMemoryMode::virtual_memory), cuda(CudaMemoryMode::plain)),
+                         gpumem::conformance::ConformanceName{});
