@@ -62,10 +62,14 @@ struct ConformanceName {
 // The fixture of the suite; declared here so instantiations in other files can name it.
 class BackendConformance : public ::testing::TestWithParam<BackendUnderTest> {
  protected:
-  // Makes the backend under test with these params; skips the test when it is unavailable.
+  // Makes the backend under test with these params; nullptr (the test skips) when it is unavailable.
   std::shared_ptr<Backend> make(const BackendParams& params = {});
   void write(Backend& b, DevicePtr dst, const void* src, std::size_t bytes);
   void read(Backend& b, void* dst, DevicePtr src, std::size_t bytes);
+  // Checks live chunk / mapping counts where the backend can tell them.
+  void expect_live_chunks(const Backend& b, std::size_t n);
+  void expect_live_mappings(const Backend& b, std::size_t n);
+  std::string unavailable_;  // why make() returned no backend
 };
 
 }  // namespace gpumem::conformance
