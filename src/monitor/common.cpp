@@ -1,0 +1,91 @@
+#include "monitor/common.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+
+namespace gpumem::monitor {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    size_t pos = s.find(sep, start);
+    out.push_back(s.substr(start, pos == std::string::npos ? std::string::npos : pos - start));
+    if (pos == std::string::npos) break;
+    start = pos + 1;
+  }
+  return out;
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return {};
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+std::string timestamp_now() {
+  auto now = std::chrono::system_clock::now();
+  std::time_t t = std::chrono::system_clock::to_time_t(now);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[40];
+  size_t n = std::strftime(buf, sizeof buf, "%Y/%m/%d %H:%M:%S", &tm);
+  std::snprintf(buf + n, sizeof buf - n, ".%03lld", static_cast<long long>(ms));
+  return buf;
+}
+
+std::string cuda_version_text(int v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%d.%d", v / 1000, (v % 1000) / 10);
+  return buf;
+}
+
+namespace {
+std::string upper(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  return s;
+}
+}  // namespace
+
+std::vector<GpuRef> select_gpus(const nvml::Nvml& nvml, const std::string& ids) {
+  auto count = nvml.device_count();
+  if (!count) throw NoSuchGpuError("NVML could not count the GPUs: " + nvml.error_string(count.status) + ".");
+  if (*count == 0) throw NoSuchGpuError("No GPUs were found.");
+  std::vector<GpuRef> all;
+  for (unsigned i = 0; i < *count; ++i) {
+    auto d = nvml.device(i);
+    all.push_back(GpuRef{i, d ? *d : nullptr, d ? nvml::abi::kSuccess : d.status});
+  }
+  if (trim(ids).empty()) return all;
+  std::vector<GpuRef> out;
+  for (const std::string& raw : split(ids, ',')) {
+    std::string id = trim(raw);
+    const GpuRef* match = nullptr;
+    bool numeric = !id.empty() && std::all_of(id.begin(), id.end(), [](unsigned char c) { return std::isdigit(c); });
+    if (numeric) {
+      unsigned long v = id.size() < 10 ? std::stoul(id) : ~0ul;
+      if (v < all.size()) match = &all[v];
+    } else {
+      for (const GpuRef& g : all) {
+        if (!g.device) continue;
+        auto uuid = nvml.uuid(g.device);
+        auto bus = nvml.pci_bus_id(g.device);
+        if ((uuid && upper(*uuid) == upper(id)) || (bus && upper(*bus) == upper(id)) ||
+            (bus && upper(bus->substr(4)) == upper(id))) {  // "0000:18:00.0" short form
+          match = &g;
+          break;
+        }
+      }
+    }
+    if (!match) throw NoSuchGpuError("No GPU matches id '" + id + "' (give an index, a UUID or a PCI bus id).");
+    out.push_back(*match);
+  }
+  return out;
+}
+
+}  // namespace gpumem::monitor

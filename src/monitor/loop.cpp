@@ -1,0 +1,42 @@
+#include "monitor/loop.hpp"
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <ctime>
+
+namespace gpumem::monitor {
+namespace {
+std::atomic<int> g_stop_signal{0};
+extern "C" void on_stop(int sig) { g_stop_signal.store(sig); }
+}  // namespace
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: the sleep returns EINTR at once
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+bool stop_requested() noexcept { return g_stop_signal.load() != 0; }
+int stop_signal() noexcept { return g_stop_signal.load(); }
+
+Ticker::Ticker(std::chrono::nanoseconds period) : period_(period), next_(std::chrono::steady_clock::now()) {}
+
+bool Ticker::wait() {
+  next_ += period_;
+  auto now = std::chrono::steady_clock::now();
+  if (next_ < now) next_ = now;  // fell behind (slow NVML call): restart the schedule, never burst
+  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(next_.time_since_epoch()).count();
+  timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  while (!stop_requested()) {
+    int rc = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr);
+    if (rc == 0) break;
+    if (rc != EINTR) break;
+  }
+  return !stop_requested();
+}
+
+}  // namespace gpumem::monitor

@@ -1,0 +1,23 @@
+// Sampling loops for query and dmon. Contract: Ticker paces samples on an absolute schedule (no drift)
+// and returns false from wait() once SIGINT or SIGTERM has arrived, so loops end cleanly, flushing what
+// they printed. install_stop_handlers() must be called before the first wait().
+#pragma once
+#include <chrono>
+
+namespace gpumem::monitor {
+
+void install_stop_handlers();
+bool stop_requested() noexcept;
+int stop_signal() noexcept;  // the signal that stopped us, 0 if none
+
+class Ticker {
+ public:
+  explicit Ticker(std::chrono::nanoseconds period);
+  bool wait();  // sleeps until the next tick; false when a stop was requested
+
+ private:
+  std::chrono::nanoseconds period_;
+  std::chrono::steady_clock::time_point next_;
+};
+
+}  // namespace gpumem::monitor

@@ -1,0 +1,283 @@
+#include "monitor/query.hpp"
+
+#include <cstdio>
+#include <functional>
+
+#include "monitor/gpu_view.hpp"
+
+namespace gpumem::monitor {
+
+using nvml::Reading;
+namespace abi = nvml::abi;
+
+namespace {
+
+// One printed value: text without unit ("80") or a bracketed failure ("[N/A]"); JSON null on failure.
+struct Cell {
+  std::string text;
+  bool ok = false;
+  nlohmann::json json;
+};
+
+template <class T>
+Cell failure(const nvml::Nvml& nvml, const Reading<T>& r) {
+  std::string text = r.not_supported() ? "[N/A]" : "[" + nvml.error_string(r.status) + "]";
+  return Cell{text, false, nullptr};
+}
+
+Cell text_cell(const std::string& s) { return Cell{s, true, s}; }
+
+template <class T>
+Cell number_cell(const nvml::Nvml& nvml, const Reading<T>& r) {
+  if (!r) return failure(nvml, r);
+  return Cell{std::to_string(*r), true, *r};
+}
+
+Cell watts_cell(const nvml::Nvml& nvml, const Reading<unsigned>& r) {
+  if (!r) return failure(nvml, r);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", *r / 1000.0);
+  return Cell{buf, true, std::stod(buf)};
+}
+
+Cell enabled_cell(const nvml::Nvml& nvml, const Reading<bool>& r) {
+  if (!r) return failure(nvml, r);
+  return text_cell(*r ? "Enabled" : "Disabled");
+}
+
+using MemPick = std::function<std::optional<unsigned long long>(const nvml::MemoryInfo&)>;
+Cell memory_cell(GpuView& g, const MemPick& pick) {
+  const auto& m = g.memory();
+  if (!m) return failure(g.nvml(), m);
+  auto v = pick(*m);
+  if (!v) return Cell{"[N/A]", false, nullptr};  // reserved without nvmlDeviceGetMemoryInfo_v2
+  return Cell{std::to_string(to_mib(*v)), true, to_mib(*v)};
+}
+
+}  // namespace
+
+struct QueryField {
+  const char* name;
+  std::vector<const char*> aliases;
+  const char* unit;  // nullptr: none
+  std::function<Cell(GpuView&)> gpu;
+  std::function<Cell(GpuView&, const nvml::GpuProcess&)> app;
+};
+
+namespace {
+
+Cell string_reading(GpuView& g, const Reading<std::string>& r) { return r ? text_cell(*r) : failure(g.nvml(), r); }
+
+const std::vector<QueryField>& gpu_fields() {
+  static const std::vector<QueryField> table = {
+      {"timestamp", {}, nullptr, [](GpuView& g) { return text_cell(g.timestamp()); }, {}},
+      {"driver_version", {}, nullptr,
+       [](GpuView& g) { auto r = g.nvml().driver_version(); return r ? text_cell(*r) : failure(g.nvml(), r); }, {}},
+      {"count", {}, nullptr, [](GpuView& g) { return number_cell(g.nvml(), g.nvml().device_count()); }, {}},
+      {"name", {"gpu_name"}, nullptr, [](GpuView& g) { return string_reading(g, g.name()); }, {}},
+      {"pci.bus_id", {"gpu_bus_id"}, nullptr, [](GpuView& g) { return string_reading(g, g.bus_id()); }, {}},
+      {"uuid", {"gpu_uuid"}, nullptr, [](GpuView& g) { return string_reading(g, g.uuid()); }, {}},
+      {"index", {}, nullptr, [](GpuView& g) { return Cell{std::to_string(g.index()), true, g.index()}; }, {}},
+      {"pstate", {}, nullptr,
+       [](GpuView& g) {
+         auto r = g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().pstate(g.device());
+         return r ? text_cell("P" + std::to_string(*r)) : failure(g.nvml(), r);
+       }, {}},
+      {"temperature.gpu", {}, nullptr,
+       [](GpuView& g) { return number_cell(g.nvml(), g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().temperature(g.device())); }, {}},
+      {"temperature.memory", {}, nullptr,
+       [](GpuView& g) { return number_cell(g.nvml(), g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().memory_temperature(g.device())); }, {}},
+      {"utilization.gpu", {}, "%",
+       [](GpuView& g) {
+         const auto& u = g.utilization();
+         return u ? Cell{std::to_string(u->gpu), true, u->gpu} : failure(g.nvml(), u);
+       }, {}},
+      {"utilization.memory", {}, "%",
+       [](GpuView& g) {
+         const auto& u = g.utilization();
+         return u ? Cell{std::to_string(u->memory), true, u->memory} : failure(g.nvml(), u);
+       }, {}},
+      {"memory.total", {}, "MiB", [](GpuView& g) { return memory_cell(g, [](const nvml::MemoryInfo& m) { return std::optional(m.total); }); }, {}},
+      {"memory.reserved", {}, "MiB", [](GpuView& g) { return memory_cell(g, [](const nvml::MemoryInfo& m) { return m.reserved; }); }, {}},
+      {"memory.used", {}, "MiB", [](GpuView& g) { return memory_cell(g, [](const nvml::MemoryInfo& m) { return std::optional(m.used); }); }, {}},
+      {"memory.free", {}, "MiB", [](GpuView& g) { return memory_cell(g, [](const nvml::MemoryInfo& m) { return std::optional(m.free); }); }, {}},
+      {"power.draw", {}, "W",
+       [](GpuView& g) { return watts_cell(g.nvml(), g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().power_mw(g.device())); }, {}},
+      {"power.limit", {}, "W",
+       [](GpuView& g) { return watts_cell(g.nvml(), g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().power_limit_mw(g.device())); }, {}},
+      {"clocks.current.graphics", {"clocks.gr"}, "MHz",
+       [](GpuView& g) { return number_cell(g.nvml(), g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().clock_mhz(g.device(), abi::kClockGraphics)); }, {}},
+      {"clocks.current.sm", {"clocks.sm"}, "MHz",
+       [](GpuView& g) { return number_cell(g.nvml(), g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().clock_mhz(g.device(), abi::kClockSm)); }, {}},
+      {"clocks.current.memory", {"clocks.mem"}, "MHz",
+       [](GpuView& g) { return number_cell(g.nvml(), g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().clock_mhz(g.device(), abi::kClockMem)); }, {}},
+      {"clocks.max.graphics", {"clocks.max.gr"}, "MHz",
+       [](GpuView& g) { return number_cell(g.nvml(), g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().max_clock_mhz(g.device(), abi::kClockGraphics)); }, {}},
+      {"clocks.max.sm", {}, "MHz",
+       [](GpuView& g) { return number_cell(g.nvml(), g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().max_clock_mhz(g.device(), abi::kClockSm)); }, {}},
+      {"clocks.max.memory", {"clocks.max.mem"}, "MHz",
+       [](GpuView& g) { return number_cell(g.nvml(), g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().max_clock_mhz(g.device(), abi::kClockMem)); }, {}},
+      {"fan.speed", {}, "%",
+       [](GpuView& g) { return number_cell(g.nvml(), g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().fan_percent(g.device())); }, {}},
+      {"persistence_mode", {}, nullptr,
+       [](GpuView& g) { return enabled_cell(g.nvml(), g.lost() ? Reading<bool>::fail(g.handle_status()) : g.nvml().persistence_mode(g.device())); }, {}},
+      {"compute_mode", {}, nullptr,
+       [](GpuView& g) {
+         auto r = g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().compute_mode(g.device());
+         return r ? text_cell(nvml::compute_mode_name(*r)) : failure(g.nvml(), r);
+       }, {}},
+      {"ecc.mode.current", {}, nullptr,
+       [](GpuView& g) {
+         auto r = g.lost() ? Reading<nvml::EnableMode>::fail(g.handle_status()) : g.nvml().ecc_mode(g.device());
+         return r ? text_cell(r->current ? "Enabled" : "Disabled") : failure(g.nvml(), r);
+       }, {}},
+      {"ecc.errors.uncorrected.volatile.total", {}, nullptr,
+       [](GpuView& g) { return number_cell(g.nvml(), g.lost() ? Reading<unsigned long long>::fail(g.handle_status()) : g.nvml().ecc_errors(g.device(), abi::kEccUncorrected, abi::kEccVolatile)); }, {}},
+      {"ecc.errors.corrected.volatile.total", {}, nullptr,
+       [](GpuView& g) { return number_cell(g.nvml(), g.lost() ? Reading<unsigned long long>::fail(g.handle_status()) : g.nvml().ecc_errors(g.device(), abi::kEccCorrected, abi::kEccVolatile)); }, {}},
+      {"mig.mode.current", {}, nullptr,
+       [](GpuView& g) {
+         auto r = g.lost() ? Reading<nvml::EnableMode>::fail(g.handle_status()) : g.nvml().mig_mode(g.device());
+         return r ? text_cell(r->current ? "Enabled" : "Disabled") : failure(g.nvml(), r);
+       }, {}},
+  };
+  return table;
+}
+
+const std::vector<QueryField>& app_fields() {
+  static const std::vector<QueryField> table = {
+      {"timestamp", {}, nullptr, {}, [](GpuView& g, const nvml::GpuProcess&) { return text_cell(g.timestamp()); }},
+      {"gpu_name", {}, nullptr, {}, [](GpuView& g, const nvml::GpuProcess&) { return string_reading(g, g.name()); }},
+      {"gpu_bus_id", {}, nullptr, {}, [](GpuView& g, const nvml::GpuProcess&) { return string_reading(g, g.bus_id()); }},
+      {"gpu_uuid", {}, nullptr, {}, [](GpuView& g, const nvml::GpuProcess&) { return string_reading(g, g.uuid()); }},
+      {"pid", {}, nullptr, {}, [](GpuView&, const nvml::GpuProcess& p) { return Cell{std::to_string(p.pid), true, p.pid}; }},
+      {"process_name", {"name"}, nullptr, {},
+       [](GpuView& g, const nvml::GpuProcess& p) {
+         auto r = g.nvml().process_name(p.pid);
+         return r ? text_cell(*r) : failure(g.nvml(), r);
+       }},
+      {"used_gpu_memory", {"used_memory"}, "MiB", {},
+       [](GpuView&, const nvml::GpuProcess& p) {
+         if (!p.used_bytes) return Cell{"[N/A]", false, nullptr};
+         return Cell{std::to_string(to_mib(*p.used_bytes)), true, to_mib(*p.used_bytes)};
+       }},
+  };
+  return table;
+}
+
+QueryRequest parse_fields(const std::string& list, const std::vector<QueryField>& table, bool apps) {
+  QueryRequest req;
+  req.apps = apps;
+  for (const std::string& raw : split(list, ',')) {
+    std::string name = trim(raw);
+    const QueryField* found = nullptr;
+    for (const QueryField& f : table) {
+      if (name == f.name) found = &f;
+      for (const char* a : f.aliases)
+        if (name == a) found = &f;
+      if (found) break;
+    }
+    if (!found) throw UsageError("Field \"" + name + "\" is not a valid field to query.");
+    req.fields.push_back({found, name});
+  }
+  return req;
+}
+
+std::string header_line(const QueryRequest& req, const QueryFormat& fmt) {
+  std::string line;
+  for (size_t i = 0; i < req.fields.size(); ++i) {
+    const QueryField* f = req.fields[i].field;
+    if (i) line += ", ";
+    line += f->name;
+    if (fmt.units && f->unit) line += std::string(" [") + f->unit + "]";
+  }
+  return line + "\n";
+}
+
+void append_csv(std::string& out, const std::vector<std::pair<const QueryField*, Cell>>& row, const QueryFormat& fmt) {
+  for (size_t i = 0; i < row.size(); ++i) {
+    if (i) out += ", ";
+    out += row[i].second.text;
+    if (fmt.units && row[i].second.ok && row[i].first->unit) out += std::string(" ") + row[i].first->unit;
+  }
+  out += "\n";
+}
+
+}  // namespace
+
+QueryFormat parse_query_format(const std::string& spec) {
+  QueryFormat fmt;
+  bool base = false;
+  for (const std::string& raw : split(spec, ',')) {
+    std::string p = trim(raw);
+    if (p == "csv") {
+      base = true;
+    } else if (p == "json") {
+      base = true;
+      fmt.json = true;
+    } else if (p == "noheader") {
+      fmt.header = false;
+    } else if (p == "nounits") {
+      fmt.units = false;
+    } else {
+      throw UsageError("Format modifier \"" + p + "\" is not recognized (use csv[,noheader][,nounits] or json).");
+    }
+  }
+  if (!base) throw UsageError("--format needs csv or json.");
+  return fmt;
+}
+
+QueryRequest parse_gpu_fields(const std::string& list) { return parse_fields(list, gpu_fields(), false); }
+QueryRequest parse_app_fields(const std::string& list) { return parse_fields(list, app_fields(), true); }
+
+std::vector<std::string> gpu_field_names() {
+  std::vector<std::string> out;
+  for (const auto& f : gpu_fields()) out.push_back(f.name);
+  return out;
+}
+std::vector<std::string> app_field_names() {
+  std::vector<std::string> out;
+  for (const auto& f : app_fields()) out.push_back(f.name);
+  return out;
+}
+
+std::string render_query(const nvml::Nvml& nvml, const std::vector<GpuRef>& gpus, const QueryRequest& req,
+                         const QueryFormat& fmt, bool with_header, std::string* warnings) {
+  const std::string ts = timestamp_now();
+  std::string out;
+  nlohmann::json rows = nlohmann::json::array();
+  if (!fmt.json && with_header && fmt.header) out += header_line(req, fmt);
+  auto emit = [&](const std::vector<std::pair<const QueryField*, Cell>>& row) {
+    if (fmt.json) {
+      nlohmann::json obj = nlohmann::json::object();
+      for (size_t i = 0; i < row.size(); ++i) obj[req.fields[i].given] = row[i].second.json;
+      rows.push_back(std::move(obj));
+    } else {
+      append_csv(out, row, fmt);
+    }
+  };
+  for (const GpuRef& ref : gpus) {
+    GpuView g(nvml, ref, ts);
+    if (!req.apps) {
+      std::vector<std::pair<const QueryField*, Cell>> row;
+      for (const auto& s : req.fields) row.emplace_back(s.field, s.field->gpu(g));
+      emit(row);
+      continue;
+    }
+    const auto& procs = g.compute_processes();
+    if (!procs) {  // no rows for this GPU; say why on the side so the CSV stays parseable
+      if (warnings)
+        *warnings += "GPU " + std::to_string(ref.index) + ": process list unavailable: " + nvml.error_string(procs.status) + "\n";
+      continue;
+    }
+    for (const nvml::GpuProcess& p : *procs) {
+      std::vector<std::pair<const QueryField*, Cell>> row;
+      for (const auto& s : req.fields) row.emplace_back(s.field, s.field->app(g, p));
+      emit(row);
+    }
+  }
+  if (fmt.json) out = rows.dump() + "\n";
+  return out;
+}
+
+}  // namespace gpumem::monitor
