@@ -20,7 +20,10 @@ extern "C" {
 const char* gpumem_version(void);
 const char* gpumem_last_error(void);
 
-/* CUDAPluggableAllocator entry points. */
+/* CUDAPluggableAllocator entry points (torch.cuda.memory.CUDAPluggableAllocator and its set_*_fn hooks).
+ * gpumem_malloc and gpumem_set_memory_fraction report failure by throwing a C++ exception derived from
+ * std::exception (PyTorch turns it into a Python RuntimeError): a NULL from malloc would crash PyTorch later.
+ * C and ctypes callers use the status-code functions below instead. */
 void* gpumem_malloc(ssize_t size, int device, void* stream);
 void gpumem_free(void* ptr, size_t size, int device, void* stream);
 void gpumem_empty_cache(void);
@@ -28,12 +31,20 @@ void gpumem_set_memory_fraction(double fraction, int device);
 void gpumem_record_stream(void* ptr, void* stream);
 void gpumem_init(int device_count);
 void gpumem_reset(void);
+/* set_base_alloc_fn: the start of the block holding ptr and, in *size, its usable bytes. */
+void* gpumem_base_alloc(void* ptr, size_t* size);
 
 /* Allocation with status codes. */
 int gpumem_allocate(size_t size, int device, void* stream, void** out);
 int gpumem_deallocate(void* ptr, int device, void* stream);
 int gpumem_set_limit(size_t bytes, int device);
 int gpumem_set_fraction(double fraction, int device);
+int gpumem_record_stream_checked(void* ptr, void* stream);
+int gpumem_empty_cache_checked(void);
+int gpumem_set_current_device(int device);
+/* Name of the backend of a device's allocator ("cuda", "host", ...), made if needed; same buffer rules as
+ * gpumem_memory_summary. */
+int gpumem_backend_name(int device, char* buf, size_t len);
 
 /* torch.cuda-style queries; device -1 means current. */
 size_t gpumem_memory_allocated(int device);

@@ -1,0 +1,156 @@
+// Process-wide default allocators (include/gpumem/memory.hpp): one per device, made on first use from
+// the backend factory (GPUMEM_BACKEND, or set_backend_factory()). Settings from the environment, read
+// when a device's allocator is made: GPUMEM_LIMIT (a size, "12GiB") and GPUMEM_FRACTION (0 < f <= 1).
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "api/env_config.hpp"
+#include "api/registry_internal.hpp"
+#include "gpumem/cuda_backend.hpp"
+#include "gpumem/host_backend.hpp"
+#include "gpumem/memory.hpp"
+#include "gpumem/sim_backend.hpp"
+
+namespace gpumem {
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+// Leaked on purpose: allocators must outlive every static destructor that may still free memory
+// (PyTorch frees tensors at interpreter exit), and the driver may be gone by then anyway.
+struct Registry {
+  std::mutex mutex;  // creation only; lookups read the atomics
+  BackendFactory factory;
+  bool factory_used = false;
+  std::array<std::atomic<Allocator*>, kMaxDevices> allocators{};
+};
+
+Registry& registry() {
+  static Registry* instance = new Registry;
+  return *instance;
+}
+
+thread_local int tls_current_device = 0;
+
+int resolve(int device) {
+  if (device < 0) device = tls_current_device;
+  if (device >= kMaxDevices)
+    throw Error("gpumem: device index " + std::to_string(device) + " is out of range (at most " +
+                std::to_string(kMaxDevices - 1) + ")");
+  return device;
+}
+
+std::shared_ptr<Backend> backend_from_environment(int device) {
+  std::string kind = api::env_backend();
+  if (kind == "cuda") return make_cuda_backend(device, CudaMemoryMode::virtual_memory);
+  if (kind == "cuda-plain") return make_cuda_backend(device, CudaMemoryMode::plain);
+  if (kind == "host") {
+    HostBackendOptions options;
+    if (auto capacity = api::env_size("GPUMEM_HOST_CAPACITY")) options.capacity = *capacity;
+    return std::make_shared<HostBackend>(options);
+  }
+  if (kind == "sim") {
+    SimBackendOptions options;
+    if (auto capacity = api::env_size("GPUMEM_SIM_CAPACITY")) options.capacity = *capacity;
+    return std::make_shared<SimBackend>(options);
+  }
+  throw Error("gpumem: GPUMEM_BACKEND='" + kind + "' is not one of cuda, cuda-plain, host, sim");
+}
+
+Allocator* existing(int device) {
+  return registry().allocators[std::size_t(device)].load(std::memory_order_acquire);
+}
+
+Allocator& create(int device) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  if (Allocator* a = existing(device)) return *a;
+  r.factory_used = true;
+  std::shared_ptr<Backend> backend = r.factory ? r.factory(device) : backend_from_environment(device);
+  if (!backend) throw BackendUnavailableError("gpumem: the backend factory returned no backend for device " +
+                                              std::to_string(device));
+  AllocatorConfig config;
+  config.limit_bytes = api::env_size("GPUMEM_LIMIT").value_or(0);
+  std::optional<double> fraction = api::env_fraction("GPUMEM_FRACTION");
+  auto allocator = std::make_unique<Allocator>(std::move(backend), config);
+  if (fraction) allocator->set_memory_fraction(*fraction);
+  Allocator* raw = allocator.release();
+  r.allocators[std::size_t(device)].store(raw, std::memory_order_release);
+  return *raw;
+}
+
+}  // namespace
+
+void set_backend_factory(BackendFactory factory) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  if (r.factory_used)
+    throw Error("gpumem: set_backend_factory() must be called before the first default allocator is made");
+  r.factory = std::move(factory);
+}
+
+Allocator& default_allocator(int device) {
+  device = resolve(device);
+  if (Allocator* a = existing(device)) return *a;
+  return create(device);
+}
+
+Allocator* find_default_allocator(int device) noexcept {
+  if (device < 0) device = tls_current_device;
+  if (device >= kMaxDevices) return nullptr;
+  return existing(device);
+}
+
+Allocator* owner_of(const void* ptr) noexcept {
+  for (int d = 0; d < kMaxDevices; ++d)
+    if (Allocator* a = existing(d); a && a->block_size(ptr) != 0) return a;
+  return nullptr;
+}
+
+void set_current_device(int device) {
+  if (device < 0 || device >= kMaxDevices)
+    throw std::invalid_argument("gpumem: device index " + std::to_string(device) + " is out of range (0.." +
+                                std::to_string(kMaxDevices - 1) + ")");
+  tls_current_device = device;
+}
+
+int current_device() { return tls_current_device; }
+
+namespace {
+// Queries on a device that never allocated answer zeros rather than starting a driver.
+DeviceStats stats_of(int device) {
+  Allocator* a = existing(resolve(device));
+  return a ? a->stats() : DeviceStats{};
+}
+}  // namespace
+
+std::size_t memory_allocated(int device) { return std::size_t(stats_of(device).allocated_bytes[0].current); }
+std::size_t memory_reserved(int device) { return std::size_t(stats_of(device).reserved_bytes[0].current); }
+std::size_t max_memory_allocated(int device) { return std::size_t(stats_of(device).allocated_bytes[0].peak); }
+std::size_t max_memory_reserved(int device) { return std::size_t(stats_of(device).reserved_bytes[0].peak); }
+
+void reset_peak_memory_stats(int device) {
+  if (Allocator* a = existing(resolve(device))) a->reset_peak_stats();
+}
+
+void empty_cache() {
+  for (int d = 0; d < kMaxDevices; ++d)
+    if (Allocator* a = existing(d)) a->empty_cache();
+}
+
+void set_per_process_memory_fraction(double fraction, int device) {
+  default_allocator(device).set_memory_fraction(fraction);
+}
+
+std::map<std::string, std::int64_t> memory_stats(int device) { return stats_of(device).as_map(); }
+
+std::string memory_summary(int device, bool abbreviated) {
+  return default_allocator(device).memory_summary(abbreviated);
+}
+
+}  // namespace gpumem
