@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -124,6 +125,8 @@ Trace parse_trace(std::string_view text, const std::string& name) {
 Trace read_trace(const std::string& path) {
   Trace trace;
   trace.path = path;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw TraceError(path, 0, "is a directory, not a trace file");
   errno = 0;
   std::unique_ptr<gzFile_s, GzCloser> file(gzopen(path.c_str(), "rb"));
   if (!file) {
@@ -141,7 +144,9 @@ Trace read_trace(const std::string& path) {
     if (got < 0 || (zerr != Z_OK && zerr != Z_BUF_ERROR) || (got == 0 && zerr == Z_BUF_ERROR)) {
       // Lines completed so far are good; the damage lies in the next one.
       feed_lines(std::string_view(buffer.data(), filled + std::max(got, 0)), builder);
-      const std::string why = zerr == Z_ERRNO ? std::strerror(errno) : (zmsg ? zmsg : "unknown zlib error");
+      if (zerr == Z_ERRNO) throw TraceError(path, builder.lines() + 1, std::string("cannot read the trace: ") + std::strerror(errno));
+      std::string why = zmsg ? zmsg : "unknown zlib error";
+      if (why.rfind(path + ": ", 0) == 0) why.erase(0, path.size() + 2);  // zlib prefixes the path
       throw TraceError(path, builder.lines() + 1, "the compressed data is corrupt or truncated (" + why + ")");
     }
     if (got == 0) break;

@@ -1,0 +1,73 @@
+// Replaying a trace against the engine on the sim backend.
+//
+// Contract: replay() serves every alloc of the trace with Allocator::allocate(size, stream) and gives each
+// block back with deallocate(ptr, stream-of-its-alloc) at the moment it became reusable in the recording:
+// its free_completed where the trace has those events, else its free. segment_* events are not replayed
+// (they are the recording allocator's own device traffic; see TraceSummary). Only the replay loop is timed.
+// An allocation that fails even after the allocator released its cache is counted, the first one is
+// described in `first_oom`, and the replay goes on without that block (or stops, with stop_at_first_oom).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+
+#include "gpumem/backend.hpp"
+#include "gpumem/trace.hpp"
+
+namespace gpumem::trace {
+
+inline constexpr std::uint64_t kDefaultReplayCapacity = std::uint64_t(1) << 40;  // 1 TiB: effectively unbounded
+
+struct ReplayOptions {
+  std::uint64_t capacity = kDefaultReplayCapacity;  // the sim device's physical memory
+  bool stop_at_first_oom = false;
+};
+
+struct ReplayOom {
+  std::size_t event_index = 0;  // 0-based among the trace's events
+  std::uint32_t line = 0;       // line in the trace file
+  std::uint64_t requested = 0, allocated = 0, reserved = 0, largest_free = 0, capacity = 0;
+  std::uint64_t stream = 0;
+};
+
+struct ReplayResult {
+  std::size_t events = 0;          // events in the trace
+  std::size_t operations = 0;      // allocate + deallocate calls made
+  std::uint64_t capacity = 0;
+  std::uint64_t peak_requested = 0;  // from the trace: the physical limit
+  std::uint64_t peak_allocated = 0;  // allocator's allocated_bytes peak (requests rounded up)
+  std::uint64_t peak_reserved = 0;   // allocator's reserved_bytes peak
+  double ratio = 0;                  // peak_reserved / peak_requested
+  BackendCallCounts calls;           // everything the allocator asked of the sim device
+  std::size_t ooms = 0;
+  std::optional<ReplayOom> first_oom;
+  std::size_t invalid_frees = 0;     // engine-reported invalid frees (a bug if ever non-zero)
+  double seconds = 0;                // the replay loop only
+  double ns_per_event() const { return events ? seconds * 1e9 / double(events) : 0; }
+};
+
+ReplayResult replay(const Trace& trace, const ReplayOptions& options = {});
+
+// Smallest capacity (a multiple of 2 MiB) at which the whole trace replays without OOM: bisection between
+// the physical limit (peak_requested) and the unconstrained run's peak reserved; every answer is a
+// capacity that was actually replayed successfully, and one 2 MiB less failed (or lies below the limit).
+struct CapacityProbe {
+  std::size_t number = 0;      // 1-based
+  std::size_t estimated_total = 0;
+  std::uint64_t capacity = 0;
+  bool ok = false;
+  std::optional<ReplayOom> oom;  // where it failed
+};
+struct MinCapacityResult {
+  std::uint64_t capacity = 0;
+  double ratio = 0;  // capacity / peak_requested
+  std::size_t probes = 0;
+  double seconds = 0;
+  ReplayResult unconstrained;  // the replay at the default capacity the search started from
+};
+inline constexpr std::uint64_t kCapacityStep = std::uint64_t(2) << 20;
+using ProbeObserver = std::function<void(const CapacityProbe&)>;
+MinCapacityResult find_min_capacity(const Trace& trace, const ProbeObserver& observer = {});
+
+}  // namespace gpumem::trace

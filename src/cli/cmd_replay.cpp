@@ -1,0 +1,206 @@
+// gpumem replay TRACE [--capacity SIZE] [--json] [--min-capacity]: thin CLI over gpumem/replay.hpp.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+
+#include "cli/command.hpp"
+#include "cli/exit_codes.hpp"
+#include "gpumem/replay.hpp"
+#include "gpumem/trace.hpp"
+
+namespace gpumem::cli {
+namespace {
+
+using trace::ReplayOom;
+using trace::ReplayResult;
+using trace::Trace;
+
+std::string grouped(std::uint64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+std::string bytes(std::uint64_t n) { return grouped(n) + " (" + format_bytes(n) + ")"; }
+std::string milliseconds(double s) { return fmt::format("{:.1f} ms", s * 1e3); }
+
+std::string oom_sentence(const ReplayOom& o) {
+  return fmt::format(
+      "out of memory at event {} (line {}): requested {} on stream {}, allocated {}, reserved {}, largest free extent {}, "
+      "device capacity {}",
+      grouped(o.event_index), o.line, bytes(o.requested), o.stream, bytes(o.allocated), bytes(o.reserved),
+      bytes(o.largest_free), bytes(o.capacity));
+}
+
+nlohmann::json oom_json(const ReplayOom& o) {
+  return {{"event", o.event_index}, {"line", o.line},         {"requested", o.requested},
+          {"stream", o.stream},     {"allocated", o.allocated}, {"reserved", o.reserved},
+          {"largest_free", o.largest_free}, {"capacity", o.capacity}};
+}
+
+nlohmann::json to_json(const Trace& t, const ReplayResult& r, double parse_seconds) {
+  const auto& s = t.summary;
+  nlohmann::json j = {
+      {"trace", t.path},
+      {"events", r.events},
+      {"peak_requested", r.peak_requested},
+      {"peak_reserved", r.peak_reserved},
+      {"ratio", r.ratio},
+      {"device_calls", r.calls.device_calls()},
+      {"creates", r.calls.creates},
+      {"maps", r.calls.maps},
+      {"unmaps", r.calls.unmaps},
+      {"chunk_releases", r.calls.chunk_releases},
+      {"plain_allocs", r.calls.plain_allocs},
+      {"plain_frees", r.calls.plain_frees},
+      {"peak_allocated", r.peak_allocated},
+      {"ooms", r.ooms},
+      {"capacity", r.capacity},
+      {"seconds", r.seconds},
+      {"ns_per_event", r.ns_per_event()},
+      {"parse_seconds", parse_seconds},
+      {"allocs", s.allocs},
+      {"frees", s.frees},
+      {"free_completed", s.free_completeds},
+  };
+  if (r.first_oom) j["oom"] = oom_json(*r.first_oom);
+  if (s.segment_events) {
+    j["pytorch"] = {{"peak_reserved", s.recorded_peak_reserved},
+                    {"ratio", s.peak_requested ? double(s.recorded_peak_reserved) / double(s.peak_requested) : 0.0},
+                    {"segment_allocs", s.recorded_segment_allocs}};
+  }
+  return j;
+}
+
+void print_table(const Trace& t, const ReplayResult& r, double parse_seconds) {
+  const auto& s = t.summary;
+  std::printf("gpumem replay %s\n", t.path.c_str());
+  if (!t.source.empty() || !t.device.empty())
+    std::printf("  recorded by %s on %s\n", t.source.empty() ? "?" : t.source.c_str(), t.device.empty() ? "?" : t.device.c_str());
+  std::printf("  %s events: %s alloc, %s free, %s free_completed, %s segment_*; blocks reusable at %s\n",
+              grouped(r.events).c_str(), grouped(s.allocs).c_str(), grouped(s.frees).c_str(), grouped(s.free_completeds).c_str(),
+              grouped(s.segment_events).c_str(), s.has_free_completed ? "free_completed" : "free");
+  std::printf("  sim device: %s%s\n\n", format_bytes(r.capacity).c_str(),
+              r.capacity == trace::kDefaultReplayCapacity ? " (default: effectively unbounded)" : "");
+  const bool pt = s.segment_events > 0;
+  auto row = [&](const std::string& what, const std::string& ours, const std::string& theirs) {
+    std::string line = fmt::format("  {:<22} {:<40} {}", what, ours, pt ? theirs : "");
+    while (line.back() == ' ') line.pop_back();
+    std::printf("%s\n", line.c_str());
+  };
+  row("", "gpumem", "PyTorch (recorded)");
+  row("peak live requested", bytes(r.peak_requested), "the physical limit");
+  row("peak reserved", bytes(r.peak_reserved), bytes(s.recorded_peak_reserved));
+  row("reserved / live", fmt::format("{:.4f}", r.ratio),
+      fmt::format("{:.4f}", s.peak_requested ? double(s.recorded_peak_reserved) / double(s.peak_requested) : 0.0));
+  row("device calls", fmt::format("{} ({} creates, {} maps, {} unmaps)", grouped(r.calls.device_calls()), r.calls.creates,
+                                  r.calls.maps, r.calls.unmaps),
+      fmt::format("{} segment allocations", s.recorded_segment_allocs));
+  row("OOMs", grouped(r.ooms), "");
+  row("parse", milliseconds(parse_seconds), "");
+  row("replay", fmt::format("{}, {:.0f} ns/event ({:.1f} M events/s)", milliseconds(r.seconds), r.ns_per_event(),
+                            r.seconds > 0 ? double(r.events) / r.seconds / 1e6 : 0.0),
+      "");
+  if (r.invalid_frees) std::printf("  warning: the allocator reported %zu invalid frees (an engine bug)\n", r.invalid_frees);
+}
+
+struct ReplayArgs {
+  std::string path;
+  std::string capacity;
+  bool json = false;
+  bool min_capacity = false;
+};
+
+int run_replay(const ReplayArgs& args) {
+  std::uint64_t capacity = trace::kDefaultReplayCapacity;
+  if (!args.capacity.empty()) {
+    try {
+      capacity = parse_size(args.capacity);
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "gpumem replay: --capacity: %s\n", e.what());
+      return kExitUsage;
+    }
+    if (capacity < trace::kCapacityStep) {
+      std::fprintf(stderr, "gpumem replay: --capacity must be at least 2 MiB (the sim device's page size)\n");
+      return kExitUsage;
+    }
+  }
+  Trace t;
+  const auto parse_start = std::chrono::steady_clock::now();
+  try {
+    t = trace::read_trace(args.path);
+  } catch (const trace::TraceError& e) {
+    std::fprintf(stderr, "gpumem replay: %s\n", e.what());
+    return kExitUsage;
+  }
+  const double parse_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - parse_start).count();
+
+  if (args.min_capacity) {
+    auto observer = [&](const trace::CapacityProbe& p) {
+      if (args.json) return;
+      std::fprintf(stderr, "probe %zu/~%zu: capacity %s: %s\n", p.number, p.estimated_total, bytes(p.capacity).c_str(),
+                   p.ok ? "ok" : fmt::format("OOM at event {}", grouped(p.oom ? p.oom->event_index : 0)).c_str());
+    };
+    const trace::MinCapacityResult m = trace::find_min_capacity(t, observer);
+    if (args.json) {
+      nlohmann::json j = to_json(t, m.unconstrained, parse_seconds);
+      j["min_capacity"] = m.capacity;
+      j["min_capacity_ratio"] = m.ratio;
+      j["min_capacity_probes"] = m.probes;
+      j["min_capacity_seconds"] = m.seconds;
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
+      print_table(t, m.unconstrained, parse_seconds);
+      std::printf("\n  %-22s %s = %.4f x peak live (%zu probes at 2 MiB steps, %.2f s)\n", "min capacity", bytes(m.capacity).c_str(),
+                  m.ratio, m.probes, m.seconds);
+    }
+    return kExitOk;
+  }
+
+  trace::ReplayOptions options;
+  options.capacity = capacity;
+  const ReplayResult r = trace::replay(t, options);
+  if (args.json) {
+    std::printf("%s\n", to_json(t, r, parse_seconds).dump(2).c_str());
+  } else {
+    print_table(t, r, parse_seconds);
+  }
+  if (r.first_oom) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "gpumem replay: %s%s\n", oom_sentence(*r.first_oom).c_str(),
+                 r.ooms > 1 ? fmt::format(" ({} allocations failed in all)", r.ooms).c_str() : "");
+    return kExitOutOfMemory;
+  }
+  return kExitOk;
+}
+
+CommandRunner setup_replay(CLI::App& sub) {
+  auto args = std::make_shared<ReplayArgs>();
+  sub.add_option("trace", args->path, "gpumem-trace file (JSON lines, plain or gzip)")->required();
+  auto* cap = sub.add_option("--capacity", args->capacity,
+                             "Physical memory of the simulated device, e.g. 16GiB, 1.5GB, 512MiB or bytes "
+                             "(default 1TiB: effectively unbounded). An allocation that fails even after the "
+                             "allocator released its cache is reported and the exit status is 3.");
+  sub.add_flag("--json", args->json, "Print one JSON object (keys: events, peak_requested, peak_reserved, ratio, "
+                                     "device_calls, ooms, seconds, ...)");
+  sub.add_flag("--min-capacity", args->min_capacity,
+               "Search (bisection at 2 MiB steps) the smallest capacity that replays without OOM and report it "
+               "and its ratio to peak live; progress on stderr")
+      ->excludes(cap);
+  return [args] { return run_replay(*args); };
+}
+
+}  // namespace
+
+GPUMEM_REGISTER_COMMAND(replay, "replay",
+                        "Replay an allocation trace against gpumem's allocator on a simulated device and compare "
+                        "with what PyTorch reserved",
+                        20, setup_replay);
+
+}  // namespace gpumem::cli

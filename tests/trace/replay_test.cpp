@@ -1,0 +1,89 @@
+// replay() and find_min_capacity() on small traces whose answers follow from the trace by hand.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "gpumem/replay.hpp"
+
+namespace gpumem::trace {
+namespace {
+
+constexpr std::uint64_t MiB = 1 << 20;
+
+std::string trace_text(std::initializer_list<std::tuple<const char*, std::uint64_t, std::uint64_t>> events) {
+  std::string out = R"({"format": "gpumem-trace", "version": 1})" "\n";
+  std::uint64_t t = 0;
+  for (const auto& [op, addr, size] : events) {
+    out += "{\"t\": " + std::to_string(++t) + ", \"op\": \"" + op + "\", \"addr\": " + std::to_string(addr) +
+           ", \"size\": " + std::to_string(size) + ", \"stream\": 0}\n";
+  }
+  return out;
+}
+
+TEST(Replay, ReleasesAtFreeCompletedWhenTheTraceHasThem) {
+  // B is allocated after A's free but before A's free_completed: both must be live at once.
+  const Trace with = parse_trace(trace_text({{"alloc", 1, 10 * MiB}, {"free", 1, 10 * MiB}, {"alloc", 2, 10 * MiB},
+                                             {"free_completed", 1, 10 * MiB}}),
+                                 "with");
+  const Trace without = parse_trace(trace_text({{"alloc", 1, 10 * MiB}, {"free", 1, 10 * MiB}, {"alloc", 2, 10 * MiB}}), "without");
+  EXPECT_EQ(with.summary.peak_requested, 20 * MiB);
+  EXPECT_EQ(without.summary.peak_requested, 10 * MiB);
+
+  ReplayOptions small;
+  small.capacity = 10 * MiB;
+  const ReplayResult a = replay(with, small);
+  EXPECT_EQ(a.ooms, 1u);
+  ASSERT_TRUE(a.first_oom.has_value());
+  EXPECT_EQ(a.first_oom->event_index, 2u);
+  EXPECT_EQ(a.first_oom->line, 4u);
+  EXPECT_EQ(a.first_oom->requested, 10 * MiB);
+  EXPECT_EQ(a.first_oom->allocated, 10 * MiB);
+  EXPECT_EQ(a.first_oom->capacity, 10 * MiB);
+
+  const ReplayResult b = replay(without, small);
+  EXPECT_EQ(b.ooms, 0u);
+  EXPECT_EQ(b.peak_reserved, 10 * MiB);
+  EXPECT_DOUBLE_EQ(b.ratio, 1.0);
+  EXPECT_EQ(b.events, 3u);
+  EXPECT_EQ(b.operations, 3u);  // allocate, deallocate, allocate; the last block stays live
+  EXPECT_GT(b.calls.device_calls(), 0u);
+}
+
+TEST(Replay, ContinuesAfterAnOomAndCountsThem) {
+  const Trace t = parse_trace(trace_text({{"alloc", 1, 8 * MiB}, {"alloc", 2, 8 * MiB}, {"free", 2, 8 * MiB},
+                                          {"alloc", 3, 8 * MiB}, {"free", 1, 8 * MiB}, {"alloc", 4, 4 * MiB}}),
+                              "t");
+  ReplayOptions options;
+  options.capacity = 12 * MiB;
+  const ReplayResult r = replay(t, options);
+  EXPECT_EQ(r.ooms, 2u);  // blocks 2 and 3 do not fit beside block 1; block 4 fits after 1 is freed
+  EXPECT_EQ(r.first_oom->event_index, 1u);
+  options.stop_at_first_oom = true;
+  EXPECT_EQ(replay(t, options).ooms, 1u);
+}
+
+TEST(MinCapacity, IsThePhysicalLimitRoundedToPages) {
+  // Live bytes peak at 10 MiB (A+B, then C+D); C needs A's and B's freed pages together.
+  const Trace t = parse_trace(trace_text({{"alloc", 1, 4 * MiB}, {"alloc", 2, 6 * MiB}, {"free", 1, 4 * MiB}, {"free", 2, 6 * MiB},
+                                          {"alloc", 3, 8 * MiB}, {"alloc", 4, 2 * MiB}, {"free", 3, 8 * MiB}, {"free", 4, 2 * MiB}}),
+                              "t");
+  std::size_t probes = 0;
+  const MinCapacityResult m = find_min_capacity(t, [&](const CapacityProbe& p) {
+    ++probes;
+    EXPECT_EQ(p.number, probes);
+    EXPECT_EQ(p.capacity % kCapacityStep, 0u);
+  });
+  EXPECT_EQ(m.capacity, 10 * MiB);
+  EXPECT_DOUBLE_EQ(m.ratio, 1.0);
+  EXPECT_EQ(m.probes, probes);
+  EXPECT_GE(probes, 1u);
+
+  // One block of 3 MiB + 1 byte needs two 2 MiB pages: 4 MiB, ratio 4/3.
+  const Trace odd = parse_trace(trace_text({{"alloc", 1, 3 * MiB + 1}}), "odd");
+  const MinCapacityResult o = find_min_capacity(odd);
+  EXPECT_EQ(o.capacity, 4 * MiB);
+  EXPECT_NEAR(o.ratio, 4.0 / 3.0, 1e-6);
+}
+
+}  // namespace
+}  // namespace gpumem::trace
