@@ -1,0 +1,224 @@
+// `gpumem replay` as a user runs it: the built binary as a child process, its exit status, stdout, stderr.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+constexpr std::uint64_t MiB = 1 << 20;
+
+struct Outcome {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class ReplayCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("gpumem_replay_cli_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Outcome gpumem(const std::vector<std::string>& args) const {
+    const std::string binary = GPUMEM_BINARY_DIR "/gpumem";
+    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(o, 1);
+      ::dup2(e, 2);
+      std::vector<char*> argv{const_cast<char*>(binary.c_str()), const_cast<char*>("replay")};
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(binary.c_str(), argv.data());
+      ::_exit(127);
+    }
+    int wstatus = 0;
+    ::waitpid(pid, &wstatus, 0);
+    Outcome r;
+    r.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+
+  std::string write(const std::string& name, const std::string& text) const {
+    const fs::path p = dir_ / name;
+    std::ofstream(p, std::ios::binary) << text;
+    return p.string();
+  }
+  std::string write_gzip(const std::string& name, const std::string& text) const {
+    const fs::path p = dir_ / name;
+    gzFile f = gzopen(p.c_str(), "wb");
+    gzwrite(f, text.data(), unsigned(text.size()));
+    gzclose(f);
+    return p.string();
+  }
+
+  fs::path dir_;
+};
+
+std::string trace_text(std::initializer_list<std::tuple<const char*, std::uint64_t, std::uint64_t>> events) {
+  std::string out = R"({"format": "gpumem-trace", "version": 1, "source": "cli test", "device": "none"})" "\n";
+  for (const auto& [op, addr, size] : events) {
+    out += std::string("{\"t\": 1, \"op\": \"") + op + "\", \"addr\": " + std::to_string(addr) + ", \"size\": " + std::to_string(size) +
+           ", \"stream\": 0}\n";
+  }
+  return out;
+}
+
+// peak live 10 MiB (A+B, then C+D), PyTorch reserved 12 MiB in two segments.
+const std::string kSmall = trace_text({{"segment_alloc", 1, 4 * MiB}, {"alloc", 1, 4 * MiB}, {"segment_alloc", 2, 8 * MiB},
+                                       {"alloc", 2, 6 * MiB}, {"free", 1, 4 * MiB}, {"free", 2, 6 * MiB}, {"alloc", 3, 8 * MiB},
+                                       {"alloc", 4, 2 * MiB}, {"free", 3, 8 * MiB}, {"free", 4, 2 * MiB}});
+
+TEST_F(ReplayCli, PrintsTheTableAndExitsZero) {
+  const Outcome r = gpumem({write("small.jsonl", kSmall)});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  for (const char* needle : {"10 events", "peak live requested", "10,485,760 (10.00 MiB)", "peak reserved", "reserved / live",
+                             "device calls", "OOMs", "replay", "ns/event", "PyTorch (recorded)", "12,582,912 (12.00 MiB)",
+                             "1.2000", "2 segment allocations"}) {
+    EXPECT_NE(r.out.find(needle), std::string::npos) << needle << " missing in:\n" << r.out;
+  }
+}
+
+TEST_F(ReplayCli, JsonHasTheStableKeys) {
+  const Outcome r = gpumem({write_gzip("small.jsonl.gz", kSmall), "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"events", "peak_requested", "peak_reserved", "ratio", "device_calls", "ooms", "seconds", "ns_per_event",
+                          "creates", "maps", "unmaps", "parse_seconds"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(j["events"], 10);
+  EXPECT_EQ(j["peak_requested"], 10 * MiB);
+  EXPECT_GE(j["peak_reserved"].get<std::uint64_t>(), 10 * MiB);
+  EXPECT_EQ(j["ooms"], 0);
+  EXPECT_EQ(j["pytorch"]["peak_reserved"], 12 * MiB);
+  EXPECT_EQ(j["pytorch"]["segment_allocs"], 2);
+  EXPECT_DOUBLE_EQ(j["pytorch"]["ratio"].get<double>(), 1.2);
+  EXPECT_FALSE(j.contains("oom"));
+}
+
+TEST_F(ReplayCli, CapacityOomReportsTheEventAndExitsThree) {
+  // 8 MiB live, then 6 MiB more on a 12 MiB device: event 2 (line 4) cannot be served.
+  const std::string path = write("oom.jsonl", trace_text({{"alloc", 1, 8 * MiB}, {"alloc", 2, 2 * MiB}, {"alloc", 3, 6 * MiB}}));
+  const Outcome r = gpumem({path, "--capacity", "12MiB"});
+  EXPECT_EQ(r.status, 3) << r.err;
+  for (const char* needle : {"out of memory at event 2 (line 4)", "requested 6,291,456 (6.00 MiB)", "allocated 10,485,760",
+                             "reserved ", "largest free extent ", "device capacity 12,582,912"}) {
+    EXPECT_NE(r.err.find(needle), std::string::npos) << needle << " missing in:\n" << r.err;
+  }
+  const Outcome j = gpumem({path, "--capacity", "12582912", "--json"});
+  EXPECT_EQ(j.status, 3);
+  const auto json = nlohmann::json::parse(j.out);
+  EXPECT_EQ(json["ooms"], 1);
+  EXPECT_EQ(json["oom"]["event"], 2);
+  EXPECT_EQ(json["oom"]["line"], 4);
+  EXPECT_EQ(json["oom"]["requested"], 6 * MiB);
+  EXPECT_EQ(json["oom"]["allocated"], 10 * MiB);
+  for (const char* key : {"reserved", "largest_free", "capacity", "stream"}) EXPECT_TRUE(json["oom"].contains(key)) << key;
+  // the same trace fits in 16 MiB
+  EXPECT_EQ(gpumem({path, "--capacity", "16MiB"}).status, 0);
+}
+
+TEST_F(ReplayCli, MinCapacityByHand) {
+  const Outcome r = gpumem({write("small.jsonl", kSmall), "--min-capacity"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("min capacity           10,485,760 (10.00 MiB) = 1.0000 x peak live"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("probe 1/"), std::string::npos) << r.err;
+
+  const Outcome j = gpumem({write("odd.jsonl", trace_text({{"alloc", 1, 3 * MiB + 1}})), "--min-capacity", "--json"});
+  EXPECT_EQ(j.status, 0) << j.err;
+  EXPECT_EQ(j.err, "");  // no progress lines with --json
+  const auto json = nlohmann::json::parse(j.out);
+  EXPECT_EQ(json["min_capacity"], 4 * MiB);
+  EXPECT_NEAR(json["min_capacity_ratio"].get<double>(), 4.0 / 3.0, 1e-6);
+}
+
+TEST_F(ReplayCli, BadInputExitsTwoWithOneSentence) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string needle;
+  };
+  const std::string good = write("good.jsonl", kSmall);
+  std::string text = kSmall;
+  text.insert(text.find("{\"t\": 1, \"op\": \"free\""), "{\"t\": 1, \"op\": \"realloc\", \"addr\": 1, \"size\": 1, \"stream\": 0}\n");
+  std::string gz_text = trace_text({});
+  for (int i = 0; i < 3000; ++i) gz_text += "{\"t\": 1, \"op\": \"alloc\", \"addr\": " + std::to_string(4096 * (i + 1)) + ", \"size\": 512, \"stream\": 0}\n";
+  const std::string truncated = write_gzip("trunc.jsonl.gz", gz_text);
+  fs::resize_file(truncated, fs::file_size(truncated) * 2 / 3);
+  const std::vector<Case> cases = {
+      {{write("op.jsonl", text)}, "op.jsonl: line 6: unknown op \"realloc\""},
+      {{write("free.jsonl", trace_text({{"alloc", 1, 10}, {"free", 9, 10}}))}, "line 3: free of address 0x9 which is not allocated"},
+      {{write("neg.jsonl", trace_text({}) + "{\"t\": 1, \"op\": \"alloc\", \"addr\": 1, \"size\": -5, \"stream\": 0}\n")}, "line 2: negative size"},
+      {{write("miss.jsonl", trace_text({}) + "{\"t\": 1, \"op\": \"alloc\", \"addr\": 1, \"stream\": 0}\n")}, "line 2: missing field \"size\""},
+      {{write("hdr.jsonl", "{\"format\": \"chrome-trace\"}\n")}, "line 1: not a gpumem-trace file"},
+      {{truncated}, "the compressed data is corrupt or truncated"},
+      {{(dir_ / "absent.jsonl.gz").string()}, "cannot open the trace"},
+      {{good, "--capacity", "lots"}, "invalid size \"lots\""},
+      {{good, "--capacity", "-1GiB"}, "cannot be negative"},
+      {{good, "--capacity", "1MiB"}, "at least 2 MiB"},
+      {{good, "--no-such-flag"}, "no-such-flag"},
+      {{good, "--capacity", "1GiB", "--min-capacity"}, "excludes"},
+  };
+  for (const Case& c : cases) {
+    const Outcome r = gpumem(c.args);
+    EXPECT_EQ(r.status, 2) << c.needle << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.needle << " missing in:\n" << r.err;
+    EXPECT_EQ(r.out, "") << c.needle;
+  }
+}
+
+// The two real PyTorch traces (shared/ beside the repository, as in CI).
+struct SharedCase {
+  const char* file;
+  std::uint64_t peak_requested;
+  double max_ratio;  // regression bound for gpumem's engine; the issue's target is 1.01
+};
+
+class ReplaySharedTraces : public ReplayCli, public ::testing::WithParamInterface<SharedCase> {};
+
+TEST_P(ReplaySharedTraces, MatchesTheReadmeAndBeatsPyTorch) {
+  const SharedCase& c = GetParam();
+  const std::string path = GPUMEM_SOURCE_DIR "/../shared/traces/" + std::string(c.file);
+  if (!fs::exists(path)) GTEST_SKIP() << path << " is absent (shared/ is not beside the repository)";
+  const Outcome r = gpumem({path, "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["peak_requested"], c.peak_requested);
+  EXPECT_EQ(j["ooms"], 0);
+  const double ratio = j["ratio"].get<double>();
+  EXPECT_GE(ratio, 1.0);
+  EXPECT_LE(ratio, c.max_ratio);
+  EXPECT_LT(ratio, j["pytorch"]["ratio"].get<double>());
+}
+
+INSTANTIATE_TEST_SUITE_P(Readme, ReplaySharedTraces,
+                         ::testing::Values(SharedCase{"transformer_varlen.jsonl.gz", 14303845512ull, 1.09},
+                                           SharedCase{"resnet_varbatch.jsonl.gz", 7489264912ull, 1.01}),
+                         [](const auto& info) { return std::string(info.param.file).substr(0, std::string(info.param.file).find('_')); });
+
+}  // namespace
