@@ -25,7 +25,10 @@ struct AllocatorConfig {
   // Physical memory is taken from the device in chunks of at least this much (rounded to the backend's
   // granularity). 0 picks the default: 1/256 of what is reserved, between 2 MiB and 64 MiB.
   std::size_t min_chunk_bytes = 0;
-  // Virtual address space reserved per stream pool; 0 = twice the device's total memory.
+  // Physical memory is mapped in units of this size (rounded to the granularity): the unit of reuse when
+  // free pages are stitched into a new block. Smaller: less fragmentation, more map calls. 0 = whole chunks.
+  std::size_t map_unit_bytes = std::size_t(8) << 20;
+  // Virtual address space reserved per arena; 0 = the device's total memory (an eighth for small blocks).
   std::size_t pool_va_bytes = 0;
   // Cap on reserved bytes; 0 = none.
   std::size_t limit_bytes = 0;
@@ -81,6 +84,7 @@ class Allocator {
   void check_invariants() const;
 
  private:
+  void* allocate_after_releasing_cache(std::size_t bytes, StreamId stream);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

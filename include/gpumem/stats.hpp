@@ -30,6 +30,11 @@ struct Stat {
     current -= amount;
     freed += amount;
   }
+  // Moves current to `value`, counting the change as allocated or freed.
+  void set(std::int64_t value) {
+    if (value > current) increase(value - current);
+    else if (value < current) decrease(current - value);
+  }
   void reset_peak() { peak = current; }
   void reset_accumulated() { allocated = freed = 0; }
 };

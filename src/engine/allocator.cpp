@@ -18,21 +18,12 @@ namespace {
 constexpr std::size_t kMaxPools = 1024;
 // Larger than any device: refused before any work (the rounding below would overflow near SIZE_MAX).
 constexpr std::size_t kMaxRequest = std::size_t(1) << 50;
-std::atomic<std::uint64_t> next_allocator_id{1};
 
-// Last pool this thread used, so the common case finds its pool without scanning.
-struct PoolCache {
-  std::uint64_t allocator_id = 0;
-  StreamId stream = 0;
-  StreamPool* pool = nullptr;
-};
-thread_local PoolCache tls_pool_cache;
 }  // namespace
 
 struct Allocator::Impl {
   std::shared_ptr<Backend> backend;
   AllocatorConfig config;
-  std::uint64_t id = next_allocator_id.fetch_add(1);
   engine::PhysicalMemory physical;
   std::mutex pools_mutex;  // creating pools only
   std::array<std::atomic<StreamPool*>, kMaxPools> pools{};
@@ -59,30 +50,37 @@ struct Allocator::Impl {
     return nullptr;
   }
 
+  // Streams hash into a small table of hints; a hint is checked against the pool's stream, so a stale
+  // or colliding one only costs the scan below. Read-mostly: no shared writes on the hot path.
+  static std::size_t hint_slot(StreamId stream) { return (std::uint64_t(stream) * 0x9E3779B97F4A7C15ull) >> 58; }
+  std::array<std::atomic<StreamPool*>, 64> hints{};
+
+  StreamPool* lookup_pool(StreamId stream) const {
+    StreamPool* p = hints[hint_slot(stream)].load(std::memory_order_acquire);
+    if (p && p->stream() == stream) return p;
+    return find_pool(stream);
+  }
+
   StreamPool& pool_for(StreamId stream) {
-    PoolCache& cache = tls_pool_cache;
-    if (cache.allocator_id == id && cache.stream == stream) return *cache.pool;
+    if (StreamPool* p = lookup_pool(stream)) return *p;
+    std::lock_guard lock(pools_mutex);
     StreamPool* p = find_pool(stream);
     if (!p) {
-      std::lock_guard lock(pools_mutex);
-      p = find_pool(stream);
-      if (!p) {
-        std::size_t n = count();
-        if (n == kMaxPools) throw Error("gpumem: more than 1024 streams allocate on one device");
-        owned_pools.push_back(std::make_unique<StreamPool>(*backend, physical, config, stream));
-        p = owned_pools.back().get();
-        pools[n].store(p, std::memory_order_release);
-        pool_count.store(n + 1, std::memory_order_release);
-      }
+      std::size_t n = count();
+      if (n == kMaxPools) throw Error("gpumem: more than 1024 streams allocate on one device");
+      owned_pools.push_back(std::make_unique<StreamPool>(*backend, physical, config, stream));
+      p = owned_pools.back().get();
+      pools[n].store(p, std::memory_order_release);
+      pool_count.store(n + 1, std::memory_order_release);
     }
-    cache = PoolCache{id, stream, p};
+    hints[hint_slot(stream)].store(p, std::memory_order_release);
     return *p;
   }
 
   // Which pool holds ptr live, with its lock held; nullptr if none.
   template <typename Fn>
   bool with_live_block(DevicePtr ptr, StreamId hint, Fn&& fn) {
-    StreamPool* first = find_pool(hint);
+    StreamPool* first = lookup_pool(hint);
     if (first) {
       std::lock_guard lock(first->lock());
       if (Block* b = first->find_live(ptr)) {
@@ -173,27 +171,32 @@ void* Allocator::allocate(std::size_t bytes, StreamId stream) {
   Impl& d = *impl_;
   if (bytes > kMaxRequest) d.throw_oom(bytes, stream, "larger than any device");
   StreamPool& pool = d.pool_for(stream);
-  std::string first_failure;
   {
     std::lock_guard lock(pool.lock());
     try {
       return reinterpret_cast<void*>(pool.allocate(bytes)->addr);
-    } catch (const OutOfMemoryError& e) {
-      first_failure = e.what();
+    } catch (const OutOfMemoryError&) {
     }
   }
+  return allocate_after_releasing_cache(bytes, stream);
+}
+
+void* Allocator::allocate_after_releasing_cache(std::size_t bytes, StreamId stream) {
   // Give every cached byte of every stream back, then try once more (PyTorch's retry).
+  Impl& d = *impl_;
   ++d.alloc_retries;
   d.release_cached_everywhere();
+  StreamPool& pool = d.pool_for(stream);
+  std::string failure;
   {
     std::lock_guard lock(pool.lock());
     try {
       return reinterpret_cast<void*>(pool.allocate(bytes)->addr);
     } catch (const OutOfMemoryError& e) {
-      first_failure = e.what();
+      failure = e.what();
     }
   }
-  d.throw_oom(bytes, stream, first_failure);
+  d.throw_oom(bytes, stream, failure);
 }
 
 FreeResult Allocator::try_deallocate(void* ptr, StreamId stream) noexcept {
@@ -201,8 +204,7 @@ FreeResult Allocator::try_deallocate(void* ptr, StreamId stream) noexcept {
   Impl& d = *impl_;
   DevicePtr p = reinterpret_cast<DevicePtr>(ptr);
   // Fast path: the pool of the stream it is freed on.
-  PoolCache& cache = tls_pool_cache;
-  StreamPool* hint = (cache.allocator_id == d.id && cache.stream == stream) ? cache.pool : d.find_pool(stream);
+  StreamPool* hint = d.lookup_pool(stream);
   if (hint) {
     std::lock_guard lock(hint->lock());
     if (hint->deallocate(p, stream)) return FreeResult::ok;
@@ -267,7 +269,8 @@ std::size_t Allocator::limit() const {
 DeviceStats Allocator::Impl::collect_stats() {
   DeviceStats out;
   std::size_t n = count();
-  auto add = [n](StatArray& into, const StatArray& from) {
+  auto add = [n](StatArray& into, const engine::SplitStat& split) {
+    StatArray from = split.get_all();
     for (int k = 0; k < 3; ++k) {
       into[k].current += from[k].current;
       into[k].allocated += from[k].allocated;

@@ -94,6 +94,14 @@ Block* Arena::grow_virtual(std::size_t size) {
   DevicePtr at = r->base + r->top;
   std::size_t mapped = 0;
   std::size_t i = 0;
+  // Map in units of map_unit_bytes: a unit whose blocks are all free can later be unmapped and its
+  // physical memory stitched in wherever it is needed, even while its neighbours stay in use.
+  std::size_t unit = config_.map_unit_bytes ? round_up(config_.map_unit_bytes, granularity_) : SIZE_MAX;
+  std::vector<Piece> units;
+  for (const Piece& p : pieces)
+    for (std::size_t off = 0; off < p.bytes; off += unit)
+      units.push_back(Piece{p.chunk, p.offset + off, std::min(unit, p.bytes - off)});
+  pieces.swap(units);
   try {
     for (; i < pieces.size(); ++i) {
       physical_.map(at + mapped, pieces[i]);
@@ -237,42 +245,55 @@ Block* Arena::grow_plain(std::size_t size) {
 }
 
 Block* Arena::take(Block* b, std::size_t size) {
-  free_.remove(b);
-  if (b->size - size >= kMinBlock) {
-    Block* rest = recycler_.make();
-    rest->addr = b->addr + size;
-    rest->size = b->size - size;
-    rest->region = b->region;
-    rest->state = BlockState::free;
-    insert_after(b, rest);
-    free_.insert(rest);
-    b->size = size;
+  if (b->size - size < kMinBlock) {
+    free_.remove(b);
+    b->state = BlockState::allocated;
+    return b;
   }
-  b->state = BlockState::allocated;
-  return b;
+  // The free block keeps the rest (often without leaving its size class); a new record takes the front.
+  Block* front = recycler_.make();
+  front->addr = b->addr;
+  front->size = size;
+  front->region = b->region;
+  front->state = BlockState::allocated;
+  front->prev = b->prev;
+  front->next = b;
+  if (b->prev) b->prev->next = front;
+  else b->region->first = front;
+  b->prev = front;
+  free_.resize(b, b->addr + size, b->size - size);
+  return front;
 }
 
 void Arena::release(Block* b) noexcept {
-  b->state = BlockState::free;
   b->requested = 0;
   delete b->other_streams;
   b->other_streams = nullptr;
-  if (b->prev && b->prev->state == BlockState::free) {
-    Block* p = b->prev;
-    free_.remove(p);
-    p->size += b->size;
+  Block* prev = (b->prev && b->prev->state == BlockState::free) ? b->prev : nullptr;
+  Block* next = (b->next && b->next->state == BlockState::free) ? b->next : nullptr;
+  if (prev && next) {
+    free_.remove(next);
+    std::size_t merged = prev->size + b->size + next->size;
+    unlink(b);
+    unlink(next);
+    recycler_.recycle(b);
+    recycler_.recycle(next);
+    free_.resize(prev, prev->addr, merged);
+  } else if (prev) {
+    std::size_t merged = prev->size + b->size;
     unlink(b);
     recycler_.recycle(b);
-    b = p;
+    free_.resize(prev, prev->addr, merged);
+  } else if (next) {
+    std::size_t merged = next->size + b->size;
+    DevicePtr addr = b->addr;
+    unlink(b);
+    recycler_.recycle(b);
+    free_.resize(next, addr, merged);
+  } else {
+    b->state = BlockState::free;
+    free_.insert(b);
   }
-  if (b->next && b->next->state == BlockState::free) {
-    Block* n = b->next;
-    free_.remove(n);
-    b->size += n->size;
-    unlink(n);
-    recycler_.recycle(n);
-  }
-  free_.insert(b);
 }
 
 std::size_t Arena::release_cached() {

@@ -1,6 +1,7 @@
 // Blocks: contiguous address ranges of one arena region, kept in address order so neighbours coalesce
 // in O(1). A block is free (in the free index), allocated (handed out), pending (freed by the program,
-// waiting for other streams' events) or a hole (virtual addresses whose physical pages were taken away).
+// waiting for other streams' events), parked (just freed, not yet coalesced: see StreamPool) or a hole
+// (virtual addresses whose physical pages were taken away).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -10,7 +11,7 @@
 
 namespace gpumem::engine {
 
-enum class BlockState : std::uint8_t { free, allocated, pending, hole };
+enum class BlockState : std::uint8_t { free, allocated, pending, parked, hole };
 
 struct Region;
 

@@ -43,6 +43,21 @@ class FreeIndex {
     bytes_ -= b->size;
   }
 
+  // Changes the size (and maybe the address) of an indexed block; relinks it only if its class changes.
+  void resize(Block* b, DevicePtr addr, std::size_t size) noexcept {
+    Class before = class_of(b->size), after = class_of(size);
+    if (before.fl == after.fl && before.sl == after.sl) {
+      bytes_ += size - b->size;
+      b->addr = addr;
+      b->size = size;
+      return;
+    }
+    remove(b);
+    b->addr = addr;
+    b->size = size;
+    insert(b);
+  }
+
   // A free block of at least `size` bytes, or nullptr. The block stays in the index.
   Block* find(std::size_t size) const noexcept {
     auto [fl, sl] = class_of(size);

@@ -12,6 +12,7 @@ StreamPool::StreamPool(Backend& backend, PhysicalMemory& physical, const Allocat
       large_(backend, physical, recycler_, config, stream, false) {}
 
 StreamPool::~StreamPool() {
+  flush_parked();
   for (Pending& p : pending_)
     for (EventHandle e : p.events) backend_.release_event(e);
 }
@@ -20,20 +21,30 @@ Block* StreamPool::allocate(std::size_t request) {
   std::size_t size = (request + kRound - 1) / kRound * kRound;
   Arena& arena = request <= kSmallRequestLimit ? small_ : large_;
   if (!pending_.empty()) process_pending(false);
-  Block* b = arena.find(size);
-  if (!b) b = arena.grow(size);
-  b = arena.take(b, size);
+  Block* b = parked_;
+  if (b && b->size == size && b->small == arena.small_pool()) {
+    parked_ = nullptr;
+    b->state = BlockState::allocated;
+    stats_.inactive_split.decrease(b->small ? 0 : 1, 1);
+    stats_.inactive_split_bytes.decrease(b->small ? 0 : 1, std::int64_t(b->size));
+  } else {
+    flush_parked();
+    b = arena.find(size);
+    if (!b) b = arena.grow(size);
+    b = arena.take(b, size);
+    refresh_inactive_split(b->small);
+  }
   b->requested = request;
   b->small = arena.small_pool();
   try {
     live_.insert(b->addr, b);
   } catch (...) {
+    b->state = BlockState::allocated;
     arena.release(b);
     throw;
   }
   account(b, true);
   account_active(b, true);
-  refresh_inactive_split();
   return b;
 }
 
@@ -113,7 +124,8 @@ void StreamPool::process_pending(bool wait) noexcept {
       for (EventHandle e : p.events) backend_.release_event(e);
       return_block(p.block);
     } else {
-      pending_[kept++] = std::move(p);
+      if (kept != i) pending_[kept] = std::move(p);  // a self-move would empty p.events
+      ++kept;
     }
   }
   pending_.resize(kept);
@@ -121,13 +133,32 @@ void StreamPool::process_pending(bool wait) noexcept {
 
 void StreamPool::return_block(Block* b) noexcept {
   account_active(b, false);
-  (b->small ? small_ : large_).release(b);
-  refresh_inactive_split();
+  flush_parked();
+  b->state = BlockState::parked;
+  b->requested = 0;
+  delete b->other_streams;
+  b->other_streams = nullptr;
+  parked_ = b;
+  stats_.inactive_split.increase(b->small ? 0 : 1, 1);
+  stats_.inactive_split_bytes.increase(b->small ? 0 : 1, std::int64_t(b->size));
+}
+
+void StreamPool::flush_parked() noexcept {
+  if (!parked_) return;
+  Block* b = parked_;
+  parked_ = nullptr;
+  bool small = b->small;
+  stats_.inactive_split.decrease(small ? 0 : 1, 1);
+  stats_.inactive_split_bytes.decrease(small ? 0 : 1, std::int64_t(b->size));
+  (small ? small_ : large_).release(b);  // b may be merged away
+  refresh_inactive_split(small);
 }
 
 std::size_t StreamPool::release_cached() {
+  flush_parked();
   std::size_t released = small_.release_cached() + large_.release_cached();
-  refresh_inactive_split();
+  refresh_inactive_split(true);
+  refresh_inactive_split(false);
   return released;
 }
 
@@ -136,7 +167,7 @@ bool StreamPool::is_freed_block(DevicePtr ptr) const noexcept {
     if (!a->owns(ptr)) continue;
     bool found = false;
     a->for_each_block([&](const Region&, const Block* b) {
-      if (b->addr == ptr && (b->state == BlockState::free || b->state == BlockState::pending)) found = true;
+      if (b->addr == ptr && b->state != BlockState::allocated && b->state != BlockState::hole) found = true;
     });
     return found;
   }
@@ -144,56 +175,44 @@ bool StreamPool::is_freed_block(DevicePtr ptr) const noexcept {
 }
 
 void StreamPool::account(Block* b, bool allocated) noexcept {
-  int kind = b->small ? kSmallPool : kLargePool;
-  for (int k : {int(kAggregatePool), kind}) {
-    if (allocated) {
-      stats_.allocation[k].increase(1);
-      stats_.allocated_bytes[k].increase(std::int64_t(b->size));
-      stats_.requested_bytes[k].increase(std::int64_t(b->requested));
-    } else {
-      stats_.allocation[k].decrease(1);
-      stats_.allocated_bytes[k].decrease(std::int64_t(b->size));
-      stats_.requested_bytes[k].decrease(std::int64_t(b->requested));
-    }
+  const int k = b->small ? 0 : 1;
+  const auto size = std::int64_t(b->size), requested = std::int64_t(b->requested);
+  if (allocated) {
+    stats_.allocation.increase(k, 1);
+    stats_.allocated_bytes.increase(k, size);
+    stats_.requested_bytes.increase(k, requested);
+  } else {
+    stats_.allocation.decrease(k, 1);
+    stats_.allocated_bytes.decrease(k, size);
+    stats_.requested_bytes.decrease(k, requested);
   }
 }
 
 void StreamPool::account_active(Block* b, bool active) noexcept {
-  int kind = b->small ? kSmallPool : kLargePool;
-  for (int k : {int(kAggregatePool), kind}) {
-    if (active) {
-      stats_.active[k].increase(1);
-      stats_.active_bytes[k].increase(std::int64_t(b->size));
-    } else {
-      stats_.active[k].decrease(1);
-      stats_.active_bytes[k].decrease(std::int64_t(b->size));
-    }
+  const int k = b->small ? 0 : 1;
+  if (active) {
+    stats_.active.increase(k, 1);
+    stats_.active_bytes.increase(k, std::int64_t(b->size));
+  } else {
+    stats_.active.decrease(k, 1);
+    stats_.active_bytes.decrease(k, std::int64_t(b->size));
   }
 }
 
-void StreamPool::refresh_inactive_split() noexcept {
-  auto set = [](Stat& s, std::int64_t value) {
-    if (value > s.current) s.increase(value - s.current);
-    else if (value < s.current) s.decrease(s.current - value);
-  };
-  set(stats_.inactive_split[kSmallPool], std::int64_t(small_.free_blocks()));
-  set(stats_.inactive_split[kLargePool], std::int64_t(large_.free_blocks()));
-  set(stats_.inactive_split[kAggregatePool], std::int64_t(small_.free_blocks() + large_.free_blocks()));
-  set(stats_.inactive_split_bytes[kSmallPool], std::int64_t(small_.free_bytes()));
-  set(stats_.inactive_split_bytes[kLargePool], std::int64_t(large_.free_bytes()));
-  set(stats_.inactive_split_bytes[kAggregatePool], std::int64_t(small_.free_bytes() + large_.free_bytes()));
+void StreamPool::refresh_inactive_split(bool small) noexcept {
+  const Arena& touched = small ? small_ : large_;
+  bool parked_here = parked_ && parked_->small == small;
+  stats_.inactive_split.set(small ? 0 : 1, std::int64_t(touched.free_blocks() + parked_here));
+  stats_.inactive_split_bytes.set(small ? 0 : 1,
+                                  std::int64_t(touched.free_bytes() + (parked_here ? parked_->size : 0)));
 }
 
 void StreamPool::reset_peaks() noexcept {
-  for (StatArray* a : {&stats_.allocation, &stats_.active, &stats_.inactive_split, &stats_.allocated_bytes,
-                       &stats_.active_bytes, &stats_.inactive_split_bytes, &stats_.requested_bytes})
-    for (Stat& s : *a) s.reset_peak();
+  stats_.for_each([](SplitStat& s) { s.reset_peak(); });
 }
 
 void StreamPool::reset_accumulated() noexcept {
-  for (StatArray* a : {&stats_.allocation, &stats_.active, &stats_.inactive_split, &stats_.allocated_bytes,
-                       &stats_.active_bytes, &stats_.inactive_split_bytes, &stats_.requested_bytes})
-    for (Stat& s : *a) s.reset_accumulated();
+  stats_.for_each([](SplitStat& s) { s.reset_accumulated(); });
 }
 
 std::size_t StreamPool::largest_free() const noexcept {
@@ -215,11 +234,11 @@ void StreamPool::check_invariants() const {
     if (p.block->state != BlockState::pending) throw Error("pending list holds a non-pending block");
     pending_bytes += std::int64_t(p.block->size);
   }
-  if (stats_.allocated_bytes[kAggregatePool].current != live_bytes ||
-      stats_.allocation[kAggregatePool].current != live_count ||
-      stats_.requested_bytes[kAggregatePool].current != requested)
+  if (stats_.allocated_bytes.get(kAggregatePool).current != live_bytes ||
+      stats_.allocation.get(kAggregatePool).current != live_count ||
+      stats_.requested_bytes.get(kAggregatePool).current != requested)
     throw Error("allocation statistics differ from the live blocks");
-  if (stats_.active_bytes[kAggregatePool].current != live_bytes + pending_bytes)
+  if (stats_.active_bytes.get(kAggregatePool).current != live_bytes + pending_bytes)
     throw Error("active statistics differ from live plus pending blocks");
 }
 

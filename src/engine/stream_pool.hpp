@@ -7,15 +7,11 @@
 #include <vector>
 
 #include "engine/arena.hpp"
+#include "engine/pool_stats.hpp"
 #include "engine/pointer_map.hpp"
 #include "engine/spin_lock.hpp"
 
 namespace gpumem::engine {
-
-struct PoolStats {
-  StatArray allocation{}, active{}, inactive_split{};
-  StatArray allocated_bytes{}, active_bytes{}, inactive_split_bytes{}, requested_bytes{};
-};
 
 class StreamPool {
  public:
@@ -53,8 +49,12 @@ class StreamPool {
   };
   void account(Block* b, bool allocated) noexcept;
   void account_active(Block* b, bool active) noexcept;
-  void refresh_inactive_split() noexcept;
+  void refresh_inactive_split(bool small) noexcept;
   void return_block(Block* b) noexcept;
+  // The last freed block waits here, uncoalesced, until the next call: a program that frees and
+  // re-allocates the same size gets it back without touching the free index. Any other request first
+  // returns it to its arena, so placement and fragmentation are as if it had never waited.
+  void flush_parked() noexcept;
 
   StreamId stream_;
   Backend& backend_;
@@ -63,6 +63,7 @@ class StreamPool {
   Arena small_, large_;
   PointerMap live_;
   std::vector<Pending> pending_;
+  Block* parked_ = nullptr;
   PoolStats stats_;
 };
 

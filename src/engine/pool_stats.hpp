@@ -1,0 +1,76 @@
+// A stream pool's statistics, kept cheap for the hot path: each one is split by pool kind (small,
+// large) with the peak of their sum tracked exactly; an increase is a few adds and two compares, a
+// decrease one subtraction, and `freed` is derived (allocated - current + the current at the last
+// reset) instead of counted.
+#pragma once
+#include <cstdint>
+
+#include "gpumem/stats.hpp"
+
+namespace gpumem::engine {
+
+class SplitStat {
+ public:
+  // kind: 0 small, 1 large.
+  void increase(int kind, std::int64_t v) noexcept {
+    cur_[kind] += v;
+    allocated_[kind] += v;
+    if (cur_[kind] > peak_[kind]) peak_[kind] = cur_[kind];
+    std::int64_t all = cur_[0] + cur_[1];
+    if (all > all_peak_) all_peak_ = all;
+  }
+  void decrease(int kind, std::int64_t v) noexcept { cur_[kind] -= v; }
+  void set(int kind, std::int64_t v) noexcept {
+    if (v > cur_[kind]) increase(kind, v - cur_[kind]);
+    else cur_[kind] = v;
+  }
+  std::int64_t current(int kind) const noexcept { return cur_[kind]; }
+
+  Stat get(PoolKind pool) const noexcept {
+    Stat s;
+    if (pool == kAggregatePool) {
+      s.current = cur_[0] + cur_[1];
+      s.peak = all_peak_;
+      s.allocated = allocated_[0] + allocated_[1];
+      s.freed = freed(0) + freed(1);
+    } else {
+      int k = pool == kSmallPool ? 0 : 1;
+      s.current = cur_[k];
+      s.peak = peak_[k];
+      s.allocated = allocated_[k];
+      s.freed = freed(k);
+    }
+    return s;
+  }
+  StatArray get_all() const noexcept { return {get(kAggregatePool), get(kSmallPool), get(kLargePool)}; }
+
+  void reset_peak() noexcept {
+    peak_[0] = cur_[0];
+    peak_[1] = cur_[1];
+    all_peak_ = cur_[0] + cur_[1];
+  }
+  void reset_accumulated() noexcept {
+    allocated_[0] = allocated_[1] = 0;
+    base_[0] = cur_[0];
+    base_[1] = cur_[1];
+  }
+
+ private:
+  std::int64_t freed(int k) const noexcept { return allocated_[k] - cur_[k] + base_[k]; }
+  std::int64_t cur_[2] = {}, peak_[2] = {}, allocated_[2] = {}, base_[2] = {};
+  std::int64_t all_peak_ = 0;
+};
+
+struct PoolStats {
+  SplitStat allocation, active, inactive_split;
+  SplitStat allocated_bytes, active_bytes, inactive_split_bytes, requested_bytes;
+
+  template <typename Fn>
+  void for_each(Fn&& fn) {
+    for (SplitStat* s : {&allocation, &active, &inactive_split, &allocated_bytes, &active_bytes,
+                         &inactive_split_bytes, &requested_bytes})
+      fn(*s);
+  }
+};
+
+}  // namespace gpumem::engine
