@@ -37,6 +37,7 @@ std::size_t Arena::chunk_quantum() const {
   if (config_.min_chunk_bytes) return round_up(config_.min_chunk_bytes, granularity_);
   // Grow in steps of 1/256 of what is reserved: few device calls while memory ramps up, and never
   // more than 0.4% taken beyond the need when the program reaches its peak.
+  if (small_) return granularity_;  // small blocks are few bytes in all: grow page by page
   std::size_t q = std::clamp(physical_.reserved() / 256, granularity_, kMaxQuantum);
   return round_up(q, granularity_);
 }
@@ -74,6 +75,8 @@ Block* Arena::grow_virtual(std::size_t size) {
   std::vector<Piece> pieces;
   std::size_t got = physical_.take_pieces(need, pieces);
   if (got < need && reclaim(need - got, tail) > 0) got += physical_.take_pieces(need - got, pieces);
+  if (got < need && sibling_ && sibling_->reclaim(need - got, nullptr) > 0)
+    got += physical_.take_pieces(need - got, pieces);
   if (got < need) {
     std::size_t want = need - got;
     std::size_t chunk = std::max(want, chunk_quantum());

@@ -52,6 +52,8 @@ class Arena {
   std::size_t release_cached();
 
   bool small_pool() const noexcept { return small_; }
+  // The other arena of the same pool: when growing, its fully free pages are taken too.
+  void set_sibling(Arena* sibling) noexcept { sibling_ = sibling; }
   std::size_t free_blocks() const noexcept { return free_.count(); }
   std::size_t free_bytes() const noexcept { return free_.bytes(); }
   std::size_t largest_free() const noexcept { return free_.largest(); }
@@ -92,6 +94,7 @@ class Arena {
   bool small_;
   std::size_t granularity_;
   FreeIndex free_;
+  Arena* sibling_ = nullptr;
   std::vector<std::unique_ptr<Region>> regions_;
   std::map<DevicePtr, Mapping> mappings_;  // va -> mapping, VMM regions only
   std::size_t mapped_bytes_ = 0;

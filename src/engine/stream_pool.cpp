@@ -9,7 +9,10 @@ constexpr std::size_t kRound = 512;
 
 StreamPool::StreamPool(Backend& backend, PhysicalMemory& physical, const AllocatorConfig& config, StreamId stream)
     : stream_(stream), backend_(backend), small_(backend, physical, recycler_, config, stream, true),
-      large_(backend, physical, recycler_, config, stream, false) {}
+      large_(backend, physical, recycler_, config, stream, false) {
+  small_.set_sibling(&large_);
+  large_.set_sibling(&small_);
+}
 
 StreamPool::~StreamPool() {
   flush_parked();
