@@ -22,7 +22,7 @@ class PointerMap {
   }
 
   void insert(DevicePtr key, Block* block) {
-    if ((size_ + 1) * 4 > slots_.size() * 3) grow();
+    if ((size_ + 1) * 2 > slots_.size()) grow();  // at most half full: probe runs stay short
     place(key, block);
     ++size_;
   }
