@@ -16,7 +16,7 @@ namespace {
 struct Cell {
   std::string text;
   bool ok = false;
-  nlohmann::json json;
+  nlohmann::ordered_json json;
 };
 
 template <class T>
@@ -245,11 +245,11 @@ std::string render_query(const nvml::Nvml& nvml, const std::vector<GpuRef>& gpus
                          const QueryFormat& fmt, bool with_header, std::string* warnings) {
   const std::string ts = timestamp_now();
   std::string out;
-  nlohmann::json rows = nlohmann::json::array();
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   if (!fmt.json && with_header && fmt.header) out += header_line(req, fmt);
   auto emit = [&](const std::vector<std::pair<const QueryField*, Cell>>& row) {
     if (fmt.json) {
-      nlohmann::json obj = nlohmann::json::object();
+      nlohmann::ordered_json obj = nlohmann::ordered_json::object();
       for (size_t i = 0; i < row.size(); ++i) obj[req.fields[i].given] = row[i].second.json;
       rows.push_back(std::move(obj));
     } else {

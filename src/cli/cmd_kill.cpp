@@ -1,0 +1,77 @@
+// gpumem kill: SIGTERM, wait, SIGKILL, for PIDs or for whatever holds a GPU (--gpu, --user, --ghosts).
+#include <algorithm>
+#include <memory>
+#include <set>
+
+#include "cli/command.hpp"
+#include "cli/monitor_cli.hpp"
+#include "monitor/kill.hpp"
+#include "monitor/ps.hpp"
+
+namespace gpumem::cli {
+namespace {
+
+struct KillArgs {
+  std::vector<int> pids;
+  std::vector<std::string> gpus;
+  std::string user, signal = "TERM";
+  double timeout = 10.0;
+  bool ghosts = false, dry_run = false, json = false;
+};
+
+int run_kill(const KillArgs& a) {
+  monitor::KillOptions opt;
+  opt.signal = monitor::parse_signal(a.signal);
+  if (!(a.timeout >= 0 && a.timeout < 1e6)) throw monitor::UsageError("--timeout needs seconds >= 0.");
+  opt.timeout_s = a.timeout;
+  opt.dry_run = a.dry_run;
+  const bool by_selection = !a.gpus.empty() || !a.user.empty() || a.ghosts;
+  if (a.pids.empty() && !by_selection) throw monitor::UsageError("give PIDs, --gpu N, --user U or --ghosts.");
+
+  std::vector<int> targets(a.pids.begin(), a.pids.end());
+  if (by_selection) {
+    std::optional<uid_t> uid;
+    if (!a.user.empty()) {
+      uid = monitor::uid_of_user(a.user);
+      if (!uid) throw monitor::UsageError("no such user '" + a.user + "'.");
+    }
+    auto nvml = nvml::Nvml::open();
+    std::string ids;
+    for (const auto& g : a.gpus) ids += (ids.empty() ? "" : ",") + g;
+    auto report = monitor::collect_ps(*nvml, monitor::select_gpus(*nvml, ids), monitor::device_dir());
+    std::set<int> chosen(targets.begin(), targets.end());
+    for (const monitor::PsEntry& e : report.entries) {
+      if (e.kind == monitor::PsKind::kGone || !e.proc) continue;  // nothing to signal
+      if (a.ghosts && (e.kind != monitor::PsKind::kNoContext || monitor::is_driver_daemon(*e.proc))) continue;
+      if (uid && e.proc->uid != *uid) continue;
+      if (chosen.insert(e.pid).second) targets.push_back(e.pid);
+    }
+    if (targets.empty()) {
+      if (a.json) std::printf("[]\n");
+      else std::printf("No process matches.\n");
+      return kExitOk;
+    }
+  }
+  auto outcomes = monitor::kill_processes(targets, opt);
+  std::string text = a.json ? monitor::kill_json(outcomes).dump(2) + "\n" : monitor::render_kill(outcomes);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return monitor::kill_all_done(outcomes) ? kExitOk : kExitPartial;
+}
+
+}  // namespace
+
+GPUMEM_REGISTER_COMMAND(
+    kill, "kill", "stop processes holding GPUs: SIGTERM, wait, then SIGKILL", 50, [](CLI::App& sub) -> CommandRunner {
+      auto a = std::make_shared<KillArgs>();
+      sub.add_option("pids", a->pids, "process ids");
+      sub.add_option("--gpu", a->gpus, "every process using GPU N (index, UUID or PCI bus id)");
+      sub.add_option("--user", a->user, "only processes of user U (name or uid)");
+      sub.add_flag("--ghosts", a->ghosts, "processes holding /dev/nvidia* without a CUDA context (not driver daemons)");
+      sub.add_option("--signal", a->signal, "first signal (default TERM)");
+      sub.add_option("--timeout", a->timeout, "seconds to wait before SIGKILL (default 10)");
+      sub.add_flag("--dry-run", a->dry_run, "show what would be signalled, signal nothing");
+      sub.add_flag("--json", a->json, "print JSON");
+      return [a] { return run_monitor_command("kill", [&] { return run_kill(*a); }); };
+    });
+
+}  // namespace gpumem::cli

@@ -1,0 +1,166 @@
+#include "monitor/kill.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "monitor/common.hpp"
+
+namespace gpumem::monitor {
+namespace {
+
+struct SignalEntry {
+  int sig;
+  const char* name;
+};
+constexpr SignalEntry kSignals[] = {{SIGHUP, "HUP"},   {SIGINT, "INT"},   {SIGQUIT, "QUIT"}, {SIGKILL, "KILL"},
+                                    {SIGUSR1, "USR1"}, {SIGUSR2, "USR2"}, {SIGTERM, "TERM"}, {SIGCONT, "CONT"},
+                                    {SIGSTOP, "STOP"}};
+
+// Alive means: the same process (start time unchanged) exists and is not a zombie.
+bool same_process_alive(int pid, unsigned long long start_time) {
+  auto p = read_process(pid);
+  return p && !p->zombie && p->start_time == start_time;
+}
+
+}  // namespace
+
+int parse_signal(const std::string& text) {
+  std::string t = text;
+  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  if (t.rfind("SIG", 0) == 0) t = t.substr(3);
+  if (!t.empty() && std::all_of(t.begin(), t.end(), [](unsigned char c) { return std::isdigit(c); }) && t.size() < 4) {
+    int v = std::stoi(t);
+    if (v >= 1 && v < NSIG) return v;
+  }
+  for (const auto& s : kSignals)
+    if (t == s.name) return s.sig;
+  throw UsageError("unknown signal '" + text + "' (use TERM, KILL, INT, HUP, USR1, ... or a number).");
+}
+
+std::string signal_name(int sig) {
+  for (const auto& s : kSignals)
+    if (s.sig == sig) return std::string("SIG") + s.name;
+  return "signal " + std::to_string(sig);
+}
+
+std::optional<std::string> kill_refusal(const ProcInfo& target, uid_t euid, int self, int parent) {
+  if (target.pid == 1) return "refused: PID 1 is init";
+  if (target.pid == self) return "refused: that is gpumem itself";
+  if (target.pid == parent) return "refused: that is gpumem's parent process";
+  if (euid != 0 && target.uid != euid)
+    return "refused: owned by user " + target.user + " (only root may signal other users' processes)";
+  return std::nullopt;
+}
+
+std::vector<KillOutcome> kill_processes(const std::vector<int>& pids, const KillOptions& options) {
+  using Clock = std::chrono::steady_clock;
+  struct Pending {
+    size_t outcome;
+    unsigned long long start_time;
+  };
+  std::vector<KillOutcome> out;
+  std::vector<Pending> pending;
+  const int self = static_cast<int>(getpid()), parent = static_cast<int>(getppid());
+  const uid_t euid = geteuid();
+  const auto started = Clock::now();
+  for (int pid : pids) {
+    KillOutcome o;
+    o.pid = pid;
+    auto p = read_process(pid);
+    if (!p || p->zombie) {
+      o.result = KillResult::kNoSuchProcess;
+      o.detail = "no such process";
+      out.push_back(o);
+      continue;
+    }
+    o.command = p->cmdline.empty() ? "[" + p->comm + "]" : p->cmdline;
+    if (auto why = kill_refusal(*p, euid, self, parent)) {
+      o.result = KillResult::kRefused;
+      o.detail = *why;
+    } else if (options.dry_run) {
+      o.result = KillResult::kDryRun;
+      o.detail = "would send " + signal_name(options.signal);
+    } else if (::kill(pid, options.signal) != 0) {
+      o.result = errno == ESRCH ? KillResult::kNoSuchProcess : KillResult::kFailed;
+      o.detail = std::string("could not send ") + signal_name(options.signal) + ": " + std::strerror(errno);
+    } else {
+      pending.push_back(Pending{out.size(), p->start_time});
+    }
+    out.push_back(o);
+  }
+
+  auto wait_for = [&](double seconds) {
+    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+    while (true) {
+      for (auto it = pending.begin(); it != pending.end();) {
+        if (same_process_alive(out[it->outcome].pid, it->start_time)) {
+          ++it;
+          continue;
+        }
+        double s = std::chrono::duration<double>(Clock::now() - started).count();
+        char buf[96];
+        std::snprintf(buf, sizeof buf, " after %.1f s", s);
+        KillOutcome& o = out[it->outcome];
+        if (o.result == KillResult::kKilled) o.detail = "killed with SIGKILL" + std::string(buf);
+        else o.result = KillResult::kExited, o.detail = "exited on " + signal_name(options.signal) + buf;
+        it = pending.erase(it);
+      }
+      if (pending.empty() || Clock::now() >= deadline) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  };
+  // A signal other than TERM/INT/HUP/QUIT/KILL (USR1, STOP...) is not meant to end the process.
+  const bool ends = options.signal == SIGTERM || options.signal == SIGINT || options.signal == SIGHUP ||
+                    options.signal == SIGQUIT || options.signal == SIGKILL;
+  if (!ends) {
+    for (const Pending& p : pending) out[p.outcome].result = KillResult::kExited, out[p.outcome].detail = "sent " + signal_name(options.signal);
+    return out;
+  }
+  wait_for(options.timeout_s);
+  if (options.signal != SIGKILL) {
+    for (const Pending& p : pending) {
+      KillOutcome& o = out[p.outcome];
+      o.result = KillResult::kKilled;
+      if (same_process_alive(o.pid, p.start_time)) ::kill(o.pid, SIGKILL);
+    }
+    wait_for(5.0);  // SIGKILL is final, but a process in uninterruptible sleep (GPU teardown) can take a while
+  }
+  for (const Pending& p : pending) {
+    KillOutcome& o = out[p.outcome];
+    o.result = KillResult::kSurvived;
+    o.detail = "still running after " + signal_name(options.signal) +
+               (options.signal == SIGKILL ? "" : " and SIGKILL") + " (stuck in the kernel?)";
+  }
+  return out;
+}
+
+std::string render_kill(const std::vector<KillOutcome>& outcomes) {
+  std::string text;
+  for (const KillOutcome& o : outcomes) {
+    std::string cmd = o.command.size() > 50 ? o.command.substr(0, 47) + "..." : o.command;
+    text += "PID " + std::to_string(o.pid) + (cmd.empty() ? "" : " (" + cmd + ")") + ": " + o.detail + "\n";
+  }
+  return text;
+}
+
+nlohmann::ordered_json kill_json(const std::vector<KillOutcome>& outcomes) {
+  static const char* names[] = {"exited", "killed", "survived", "refused", "no_such_process", "dry_run", "failed"};
+  nlohmann::ordered_json j = nlohmann::ordered_json::array();
+  for (const KillOutcome& o : outcomes)
+    j.push_back({{"pid", o.pid}, {"command", o.command}, {"result", names[static_cast<int>(o.result)]}, {"detail", o.detail}});
+  return j;
+}
+
+bool kill_all_done(const std::vector<KillOutcome>& outcomes) {
+  return std::all_of(outcomes.begin(), outcomes.end(), [](const KillOutcome& o) {
+    return o.result == KillResult::kExited || o.result == KillResult::kKilled || o.result == KillResult::kDryRun;
+  });
+}
+
+}  // namespace gpumem::monitor
