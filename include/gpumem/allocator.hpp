@@ -25,9 +25,9 @@ struct AllocatorConfig {
   // Physical memory is taken from the device in chunks of at least this much (rounded to the backend's
   // granularity). 0 picks the default: 1/256 of what is reserved, between 2 MiB and 64 MiB.
   std::size_t min_chunk_bytes = 0;
-  // Physical memory is mapped in units of this size (rounded to the granularity): the unit of reuse when
-  // free pages are stitched into a new block. Smaller: less fragmentation, more map calls. 0 = whole chunks.
-  std::size_t map_unit_bytes = std::size_t(8) << 20;
+  // Cut every map call into units of at most this size (rounded to the granularity), so that
+  // empty_cache() can unmap finer. 0: one call per contiguous run of physical memory (fewest calls).
+  std::size_t map_unit_bytes = 0;
   // Virtual address space reserved per arena; 0 = the device's total memory (an eighth for small blocks).
   std::size_t pool_va_bytes = 0;
   // Cap on reserved bytes; 0 = none.

@@ -19,10 +19,7 @@ Arena::Arena(Backend& backend, PhysicalMemory& physical, BlockRecycler& recycler
 
 Arena::~Arena() {
   std::lock_guard lock(physical_.mutex());
-  for (auto& [va, m] : mappings_) {
-    physical_.unmap(va, m.piece);
-    physical_.give_piece(m.piece);
-  }
+  for (auto& [va, m] : mappings_) physical_.unmap(va, m.piece);  // chunks are released by PhysicalMemory
   for (auto& r : regions_) {
     for (Block* b = r->first; b; b = b->next) {
       delete b->other_streams;
@@ -74,9 +71,8 @@ Block* Arena::grow_virtual(std::size_t size) {
   std::lock_guard lock(physical_.mutex());
   std::vector<Piece> pieces;
   std::size_t got = physical_.take_pieces(need, pieces);
-  if (got < need && reclaim(need - got, tail) > 0) got += physical_.take_pieces(need - got, pieces);
-  if (got < need && sibling_ && sibling_->reclaim(need - got, nullptr) > 0)
-    got += physical_.take_pieces(need - got, pieces);
+  if (got < need) got += lend(need - got, tail, pieces);
+  if (got < need && sibling_) got += sibling_->lend(need - got, nullptr, pieces);
   if (got < need) {
     std::size_t want = need - got;
     std::size_t chunk = std::max(want, chunk_quantum());
@@ -94,29 +90,38 @@ Block* Arena::grow_virtual(std::size_t size) {
       throw;
     }
   }
-  DevicePtr at = r->base + r->top;
-  std::size_t mapped = 0;
-  std::size_t i = 0;
-  // Map in units of map_unit_bytes: a unit whose blocks are all free can later be unmapped and its
-  // physical memory stitched in wherever it is needed, even while its neighbours stay in use.
+  return map_at_top(*r, tail, pieces);
+}
+
+Block* Arena::map_at_top(Region& r, Block* tail, std::vector<Piece>& pieces) {
+  // One map call per run of consecutive bytes of one chunk (pieces lent from one place are often one
+  // run), cut into map_unit_bytes units if configured.
+  std::vector<Piece> runs;
+  for (const Piece& p : pieces) {
+    if (!runs.empty() && runs.back().chunk == p.chunk && runs.back().offset + runs.back().bytes == p.offset)
+      runs.back().bytes += p.bytes;
+    else
+      runs.push_back(p);
+  }
   std::size_t unit = config_.map_unit_bytes ? round_up(config_.map_unit_bytes, granularity_) : SIZE_MAX;
   std::vector<Piece> units;
-  for (const Piece& p : pieces)
+  for (const Piece& p : runs)
     for (std::size_t off = 0; off < p.bytes; off += unit)
       units.push_back(Piece{p.chunk, p.offset + off, std::min(unit, p.bytes - off)});
-  pieces.swap(units);
+  DevicePtr at = r.base + r.top;
+  std::size_t mapped = 0, i = 0;
   try {
-    for (; i < pieces.size(); ++i) {
-      physical_.map(at + mapped, pieces[i]);
-      mappings_.emplace(at + mapped, Mapping{pieces[i].bytes, pieces[i]});
-      mapped += pieces[i].bytes;
+    for (; i < units.size(); ++i) {
+      physical_.map(at + mapped, units[i]);
+      mappings_.emplace(at + mapped, Mapping{units[i].bytes, units[i]});
+      mapped += units[i].bytes;
     }
   } catch (...) {
-    for (; i < pieces.size(); ++i) physical_.give_piece(pieces[i]);
-    if (mapped) extend_top(*r, tail, mapped);
+    for (; i < units.size(); ++i) physical_.give_piece(units[i]);
+    if (mapped) extend_top(r, tail, mapped);
     throw;
   }
-  return extend_top(*r, tail, mapped);
+  return extend_top(r, tail, mapped);
 }
 
 Block* Arena::extend_top(Region& r, Block* tail, std::size_t bytes) {
@@ -139,42 +144,96 @@ Block* Arena::extend_top(Region& r, Block* tail, std::size_t bytes) {
   return b;
 }
 
-std::size_t Arena::reclaim(std::size_t bytes, const Block* keep) {
+std::size_t Arena::lend(std::size_t bytes, const Block* keep, std::vector<Piece>& out) {
   struct Candidate {
     Block* block;
-    DevicePtr va;
+    DevicePtr start;
     std::size_t bytes;
   };
   std::vector<Candidate> candidates;
   free_.for_each_at_least(granularity_, [&](Block* b) {
     if (b == keep || b->region->plain) return;
-    for (auto it = mappings_.lower_bound(b->addr);
-         it != mappings_.end() && it->first + it->second.bytes <= b->end(); ++it)
-      candidates.push_back({b, it->first, it->second.bytes});
+    DevicePtr start = round_up(b->addr, granularity_), end = b->end() / granularity_ * granularity_;
+    if (end > start) candidates.push_back({b, start, end - start});
   });
-  if (candidates.empty()) return 0;
-  // Fewest calls: the largest ranges first, until the need is covered (everything when bytes is 0).
+  // Fewest map calls: the largest free ranges first, the last one only as far as needed.
   std::sort(candidates.begin(), candidates.end(),
             [](const Candidate& a, const Candidate& b) { return a.bytes > b.bytes; });
-  std::size_t chosen = 0, covered = 0;
-  while (chosen < candidates.size() && (bytes == 0 || covered < bytes)) covered += candidates[chosen++].bytes;
-  candidates.resize(chosen);
-  std::sort(candidates.begin(), candidates.end(),
-            [](const Candidate& a, const Candidate& b) { return a.va < b.va; });
-  // Freed blocks may still be read by work queued on this stream: let it finish first.
-  backend_.synchronize_stream(stream_);
-  Block* original = nullptr;
-  Block* current = nullptr;
+  std::size_t lent = 0;
   for (const Candidate& c : candidates) {
-    if (c.block != original) original = current = c.block;
-    auto it = mappings_.find(c.va);
-    physical_.unmap(c.va, it->second.piece);
-    physical_.give_piece(it->second.piece);
-    mappings_.erase(it);
-    mapped_bytes_ -= c.bytes;
-    current = carve_hole(current, c.va, c.bytes);
+    if (lent >= bytes) break;
+    std::size_t take = std::min(c.bytes, round_up(bytes - lent, granularity_));
+    collect_physical(c.start, take, out);
+    carve_hole(c.block, c.start, take);
+    mapped_bytes_ -= take;
+    lent += take;
   }
-  return covered;
+  return lent;
+}
+
+void Arena::collect_physical(DevicePtr start, std::size_t bytes, std::vector<Piece>& out) const {
+  auto it = mappings_.upper_bound(start);
+  --it;  // the mapping that holds `start`: usable memory is always mapped
+  for (DevicePtr at = start, end = start + bytes; at < end; ++it) {
+    const auto& [va, m] = *it;
+    std::size_t len = std::min(end, va + m.bytes) - at;
+    out.push_back(Piece{m.piece.chunk, m.piece.offset + (at - va), len});
+    at += len;
+  }
+}
+
+std::size_t Arena::unmap_unused() {
+  // Mappings under which no block is in use: nothing can read them once this stream is idle.
+  std::vector<DevicePtr> unused;
+  for (const auto& rp : regions_) {
+    if (rp->plain) continue;
+    Block* b = rp->first;
+    for (auto it = mappings_.lower_bound(rp->base); it != mappings_.end() && it->first < rp->base + rp->top; ++it) {
+      DevicePtr start = it->first, end = start + it->second.bytes;
+      while (b && b->end() <= start) b = b->next;
+      bool busy = false;
+      for (Block* x = b; x && x->addr < end && !busy; x = x->next)
+        busy = x->state != BlockState::free && x->state != BlockState::hole;
+      if (!busy) unused.push_back(start);
+    }
+  }
+  if (unused.empty()) return 0;
+  backend_.synchronize_stream(stream_);
+  std::size_t released = 0;
+  for (DevicePtr va : unused) {
+    auto it = mappings_.find(va);
+    const Mapping m = it->second;
+    Region* r = region_of(va);
+    // Free (not lent) parts go back to the physical pool and become holes; lent parts (holes already)
+    // belong to the place they were stitched into.
+    std::vector<std::pair<DevicePtr, std::size_t>> free_parts;
+    for (Block* b = r->first; b && b->addr < va + m.bytes; b = b->next) {
+      if (b->state != BlockState::free || b->end() <= va) continue;
+      DevicePtr start = std::max(b->addr, va), end = std::min(b->end(), va + m.bytes);
+      free_parts.emplace_back(start, end - start);
+    }
+    for (auto [start, bytes] : free_parts) {
+      physical_.give_piece(Piece{m.piece.chunk, m.piece.offset + (start - va), bytes});
+      carve_hole(block_containing(*r, start), start, bytes);
+      mapped_bytes_ -= bytes;
+      released += bytes;
+    }
+    physical_.unmap(va, m.piece);
+    mappings_.erase(it);
+  }
+  return released;
+}
+
+Block* Arena::block_containing(const Region& r, DevicePtr p) const noexcept {
+  for (Block* b = r.first; b; b = b->next)
+    if (p >= b->addr && p < b->end()) return b;
+  return nullptr;
+}
+
+Region* Arena::region_of(DevicePtr p) const noexcept {
+  for (const auto& r : regions_)
+    if (p >= r->base && p < r->base + r->size) return r.get();
+  return nullptr;
 }
 
 Block* Arena::carve_hole(Block* b, DevicePtr hole_addr, std::size_t bytes) {
@@ -301,7 +360,7 @@ void Arena::release(Block* b) noexcept {
 
 std::size_t Arena::release_cached() {
   std::lock_guard lock(physical_.mutex());
-  std::size_t released = reclaim(0, nullptr);
+  std::size_t released = unmap_unused();
   for (auto it = regions_.begin(); it != regions_.end();) {
     Region& r = **it;
     if (r.plain && r.first == r.last && r.first->state == BlockState::free) {
@@ -365,22 +424,30 @@ void Arena::check_invariants() const {
       }
       if (b->state == BlockState::hole) {
         if (b->next && b->next->state == BlockState::hole) fail("two adjacent holes");
-        if (mappings_.lower_bound(b->addr) != mappings_.lower_bound(b->end())) fail("a hole is mapped");
       } else {
         backed += b->size;
+        if (!r.plain && !covered(b->addr, b->size)) fail("usable memory is not mapped");
       }
       expect = b->end();
     }
     if (expect != r.base + r.top) fail("blocks do not end at the region's top");
   }
   if (free_count != free_.count() || free_bytes != free_.bytes()) fail("free index out of sync with blocks");
-  std::size_t mapped = 0;
-  for (const auto& [va, m] : mappings_) mapped += m.bytes;
   std::size_t plain_bytes = 0;
   for (const auto& r : regions_)
     if (r->plain) plain_bytes += r->size;
-  if (mapped != mapped_bytes_) fail("mapped byte count out of sync");
-  if (backed != mapped_bytes_ + plain_bytes) fail("usable blocks are not exactly the mapped memory");
+  if (backed != mapped_bytes_ + plain_bytes) fail("usable block bytes differ from the mapped usable bytes");
+}
+
+bool Arena::covered(DevicePtr start, std::size_t bytes) const {
+  auto it = mappings_.upper_bound(start);
+  if (it == mappings_.begin()) return false;
+  --it;
+  for (DevicePtr at = start, end = start + bytes; at < end; ++it) {
+    if (it == mappings_.end() || it->first > at || it->first + it->second.bytes <= at) return false;
+    at = it->first + it->second.bytes;
+  }
+  return true;
 }
 
 }  // namespace gpumem::engine

@@ -2,9 +2,11 @@
 //
 // With virtual memory (VMM backends) an arena is a few large reserved ranges ("regions"). Blocks fill a
 // region from its base up to `top`, the end of what is mapped. When no free block fits, the arena grows
-// at the top: it maps free physical pieces there (pieces unmapped elsewhere: "stitching", as in GMLake),
-// then, if those are not enough, takes back fully free mapped ranges from below the top, and only then
-// asks the device for a new chunk. So physical memory follows live bytes, whatever the address layout.
+// at the top: it maps there physical pieces that are mapped nowhere, then the physical memory behind
+// free page-aligned ranges anywhere below (stitching, as in GMLake: the same pages are mapped a second
+// time at the top and their old addresses become a hole, so no unmap and no wait are needed), and only
+// then asks the device for a new chunk. So physical memory follows live bytes, whatever the layout.
+// empty_cache() unmaps the mappings no block uses any more.
 // Without virtual memory each region is one plain device allocation (a "segment", as in PyTorch).
 //
 // Not thread-safe: the owning StreamPool's lock is held for every call; calls that touch physical
@@ -77,8 +79,17 @@ class Arena {
   Block* grow_plain(std::size_t size);
   Region& new_region(std::size_t min_bytes);
   std::size_t chunk_quantum() const;
-  // Unmaps fully free mappings below the top (never inside `keep`) until `bytes` of pieces are free.
-  std::size_t reclaim(std::size_t bytes, const Block* keep);
+  // Stitching: hands the physical memory behind free, page-aligned ranges (never inside `keep`) to
+  // `out`, largest first, until `bytes` are covered, leaving holes where it was. The memory stays
+  // mapped there too, unused: lending needs no unmap and no synchronisation. Returns bytes lent.
+  std::size_t lend(std::size_t bytes, const Block* keep, std::vector<Piece>& out);
+  void collect_physical(DevicePtr start, std::size_t bytes, std::vector<Piece>& out) const;
+  // Unmaps every mapping under which no block is in use; returns the bytes that became free pieces.
+  std::size_t unmap_unused();
+  Region* region_of(DevicePtr p) const noexcept;
+  Block* block_containing(const Region& r, DevicePtr p) const noexcept;
+  bool covered(DevicePtr start, std::size_t bytes) const;
+  Block* map_at_top(Region& r, Block* tail, std::vector<Piece>& pieces);
   Block* extend_top(Region& r, Block* tail, std::size_t bytes);
   // Makes [hole, hole+bytes) of free block `b` a hole; returns the free block after it, if any.
   Block* carve_hole(Block* b, DevicePtr hole, std::size_t bytes);

@@ -80,7 +80,7 @@ Piece PhysicalMemory::create_chunk(std::size_t bytes, bool small_pool) {
     index = chunks_.size();
     chunks_.emplace_back();
   }
-  chunks_[index] = Chunk{handle, bytes, 0, small_pool, true};
+  chunks_[index] = Chunk{handle, bytes, 0, 0, small_pool, true};
   count_segment(bytes, small_pool, true);
   return Piece{index, 0, bytes};
 }
@@ -89,7 +89,7 @@ std::size_t PhysicalMemory::release_unused_chunks() {
   std::size_t released = 0;
   for (std::size_t i = 0; i < chunks_.size(); ++i) {
     Chunk& c = chunks_[i];
-    if (!c.live || c.free_bytes != c.bytes) continue;
+    if (!c.live || c.free_bytes != c.bytes || c.mappings) continue;
     free_pieces_.erase({i, 0});  // all its pieces merged into one
     free_piece_bytes_ -= c.bytes;
     backend_.release_chunk(c.handle);
@@ -103,9 +103,13 @@ std::size_t PhysicalMemory::release_unused_chunks() {
 
 void PhysicalMemory::map(DevicePtr va, const Piece& piece) {
   backend_.map(va, piece.bytes, chunks_[piece.chunk].handle, piece.offset);
+  ++chunks_[piece.chunk].mappings;
 }
 
-void PhysicalMemory::unmap(DevicePtr va, const Piece& piece) noexcept { backend_.unmap(va, piece.bytes); }
+void PhysicalMemory::unmap(DevicePtr va, const Piece& piece) noexcept {
+  backend_.unmap(va, piece.bytes);
+  --chunks_[piece.chunk].mappings;
+}
 
 DevicePtr PhysicalMemory::allocate_segment(std::size_t bytes, bool small_pool) {
   if (would_exceed_limit(bytes))

@@ -38,7 +38,8 @@ class PhysicalMemory {
   // A new chunk from the device, entirely in the returned piece. Throws OutOfMemoryError when the
   // limit or the device has no room; nothing changes then.
   Piece create_chunk(std::size_t bytes, bool small_pool);
-  // Releases every chunk whose pieces are all free. Returns the bytes given back to the device.
+  // Releases every chunk whose pieces are all free and that nothing maps any more. Returns the bytes
+  // given back to the device.
   std::size_t release_unused_chunks();
   void map(DevicePtr va, const Piece& piece);
   void unmap(DevicePtr va, const Piece& piece) noexcept;
@@ -63,6 +64,7 @@ class PhysicalMemory {
     ChunkHandle handle = 0;
     std::size_t bytes = 0;
     std::size_t free_bytes = 0;  // bytes of this chunk in free pieces
+    std::size_t mappings = 0;    // live map() calls on it: it can be released only when none is left
     bool small_pool = false;
     bool live = false;
   };
