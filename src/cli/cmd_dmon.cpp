@@ -1,0 +1,60 @@
+// gpumem dmon: rolling per-GPU lines like nvidia-smi dmon, with memory used / reserved / free.
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "cli/command.hpp"
+#include "cli/monitor_cli.hpp"
+#include "monitor/dmon.hpp"
+#include "monitor/loop.hpp"
+
+namespace gpumem::cli {
+namespace {
+
+struct DmonOptions {
+  std::string ids, metrics = "pucm", delay = "1";
+  long count = 0;
+};
+
+int run_dmon(const DmonOptions& o) {
+  monitor::DmonColumns cols = monitor::parse_dmon_metrics(o.metrics);
+  long period_ms = parse_seconds_ms("-d", o.delay);
+  if (o.count < 0) throw monitor::UsageError("-c needs a count >= 1.");
+  auto nvml = nvml::Nvml::open();
+  auto gpus = monitor::select_gpus(*nvml, o.ids);
+  std::unique_ptr<nvml::PcieSampler> pcie;
+  if (cols.pcie) {
+    std::vector<nvml::abi::Device> devices;
+    for (const auto& g : gpus) devices.push_back(g.device);
+    pcie = std::make_unique<nvml::PcieSampler>(nvml, devices);
+  }
+  monitor::install_stop_handlers();
+  std::string text = monitor::dmon_header(cols);
+  monitor::Ticker ticker{std::chrono::milliseconds(period_ms)};
+  for (long n = 0; o.count == 0 || n < o.count; ++n) {
+    if (n > 0 && !ticker.wait()) break;
+    text += monitor::dmon_lines(*nvml, gpus, cols, pcie.get());
+    if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
+      std::fprintf(stderr, "gpumem dmon: cannot write output: %s.\n", std::strerror(errno));
+      return kExitFailure;
+    }
+    text.clear();
+  }
+  return monitor::stop_requested() ? kExitInterrupted : kExitOk;
+}
+
+}  // namespace
+
+GPUMEM_REGISTER_COMMAND(
+    dmon, "dmon", "rolling per-GPU lines: power, temperature, utilization, clocks, memory, PCIe", 30,
+    [](CLI::App& sub) -> CommandRunner {
+      auto o = std::make_shared<DmonOptions>();
+      sub.add_option("-i,--id", o->ids, "GPUs: comma-separated indices, UUIDs or PCI bus ids");
+      sub.add_option("-d,--delay", o->delay, "seconds between samples (default 1)");
+      sub.add_option("-c,--count", o->count, "stop after COUNT samples (default: until Ctrl-C)");
+      sub.add_option("-s,--select", o->metrics,
+                     "metric groups: p power/temp, u utilization, c clocks, m memory, t PCIe (default pucm)");
+      return [o] { return run_monitor_command("dmon", [&] { return run_dmon(*o); }); };
+    });
+
+}  // namespace gpumem::cli

@@ -1,0 +1,33 @@
+// gpumem info: driver, every GPU, the CUDA numbering, processes and warnings on one screen.
+#include <memory>
+
+#include "cli/command.hpp"
+#include "cli/monitor_cli.hpp"
+#include "monitor/info.hpp"
+
+namespace gpumem::cli {
+namespace {
+struct InfoOptions {
+  std::string ids;
+  bool json = false;
+};
+}  // namespace
+
+GPUMEM_REGISTER_COMMAND(
+    info, "info", "health check: driver, GPUs, memory, modes, ECC, CUDA numbering, processes, warnings", 10,
+    [](CLI::App& sub) -> CommandRunner {
+      auto o = std::make_shared<InfoOptions>();
+      sub.add_option("-i,--id", o->ids, "GPUs: comma-separated indices, UUIDs or PCI bus ids");
+      sub.add_flag("--json", o->json, "print JSON");
+      return [o] {
+        return run_monitor_command("info", [&] {
+          auto nvml = nvml::Nvml::open();
+          auto report = monitor::collect_info(*nvml, monitor::select_gpus(*nvml, o->ids));
+          std::string text = o->json ? monitor::info_json(report).dump(2) + "\n" : monitor::render_info(report);
+          std::fwrite(text.data(), 1, text.size(), stdout);
+          return kExitOk;
+        });
+      };
+    });
+
+}  // namespace gpumem::cli

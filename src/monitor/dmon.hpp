@@ -1,0 +1,24 @@
+// `gpumem dmon`: one fixed-width line per GPU per interval, in nvidia-smi dmon's layout ("# gpu" header
+// pair, 6-wide columns, "-" for a value that cannot be read). Contract: metric groups are chosen by
+// letters (p power/temperature, u utilization, c clocks, m memory, t PCIe); PCIe values come from a
+// PcieSampler so its ~20 ms driver calls never delay a line.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "monitor/common.hpp"
+#include "nvml/pcie_sampler.hpp"
+
+namespace gpumem::monitor {
+
+struct DmonColumns {
+  bool power = true, util = true, clocks = true, memory = true, pcie = false;
+};
+DmonColumns parse_dmon_metrics(const std::string& letters);  // throws UsageError
+
+std::string dmon_header(const DmonColumns& cols);
+// One line per GPU; `pcie` may be null when the t group is off.
+std::string dmon_lines(const nvml::Nvml& nvml, const std::vector<GpuRef>& gpus, const DmonColumns& cols,
+                       const nvml::PcieSampler* pcie);
+
+}  // namespace gpumem::monitor
