@@ -90,7 +90,7 @@ void print_table(const Trace& t, const ReplayResult& r, double parse_seconds) {
               r.capacity == trace::kDefaultReplayCapacity ? " (default: effectively unbounded)" : "");
   const bool pt = s.segment_events > 0;
   auto row = [&](const std::string& what, const std::string& ours, const std::string& theirs) {
-    std::string line = fmt::format("  {:<22} {:<40} {}", what, ours, pt ? theirs : "");
+    std::string line = fmt::format("  {:<22} {:<46} {}", what, ours, pt ? theirs : "");
     while (line.back() == ' ') line.pop_back();
     std::printf("%s\n", line.c_str());
   };
@@ -99,8 +99,8 @@ void print_table(const Trace& t, const ReplayResult& r, double parse_seconds) {
   row("peak reserved", bytes(r.peak_reserved), bytes(s.recorded_peak_reserved));
   row("reserved / live", fmt::format("{:.4f}", r.ratio),
       fmt::format("{:.4f}", s.peak_requested ? double(s.recorded_peak_reserved) / double(s.peak_requested) : 0.0));
-  row("device calls", fmt::format("{} ({} creates, {} maps, {} unmaps)", grouped(r.calls.device_calls()), r.calls.creates,
-                                  r.calls.maps, r.calls.unmaps),
+  row("device calls", fmt::format("{} ({} creates, {} maps, {} unmaps)", grouped(r.calls.device_calls()),
+                                  grouped(r.calls.creates), grouped(r.calls.maps), grouped(r.calls.unmaps)),
       fmt::format("{} segment allocations", s.recorded_segment_allocs));
   row("OOMs", grouped(r.ooms), "");
   row("parse", milliseconds(parse_seconds), "");
@@ -157,7 +157,7 @@ int run_replay(const ReplayArgs& args) {
       std::printf("%s\n", j.dump(2).c_str());
     } else {
       print_table(t, m.unconstrained, parse_seconds);
-      std::printf("\n  %-22s %s = %.4f x peak live (%zu probes at 2 MiB steps, %.2f s)\n", "min capacity", bytes(m.capacity).c_str(),
+      std::printf("  %-22s %s = %.4f x peak live (%zu probes at 2 MiB steps, %.2f s)\n", "min capacity", bytes(m.capacity).c_str(),
                   m.ratio, m.probes, m.seconds);
     }
     return kExitOk;

@@ -62,7 +62,7 @@ class Cursor {
   // What stands at the cursor, for messages.
   std::string found() const {
     if (p_ == end_) return " but the line ends (truncated?)";
-    return " but found \"" + printable_excerpt(std::string_view(p_, end_ - p_), 12) + "\"";
+    return " but found '" + printable_excerpt(std::string_view(p_, end_ - p_), 16) + "'";
   }
 
   // A JSON string without its quotes; escapes are kept raw (keys and ops never need them).
@@ -122,7 +122,7 @@ std::string printable_excerpt(std::string_view text, std::size_t limit) {
   std::string out;
   for (std::size_t i = 0; i < text.size() && i < limit; ++i) {
     const unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+    if (c >= 0x20 && c < 0x7f) {
       out += char(c);
     } else {
       char buf[8];
