@@ -1,0 +1,297 @@
+"""gpumem as PyTorch's CUDA allocator: ctypes over libgpumem.so's C ABI (include/gpumem/gpumem.h).
+
+    import gpumem_torch
+    gpumem_torch.install()          # before the first CUDA tensor
+    ...
+    gpumem_torch.max_memory_allocated()
+
+Under a pluggable allocator PyTorch's own torch.cuda.memory_allocated() & co. raise; this module gives the
+same names backed by gpumem, and install() points torch.cuda's names at them (patch_torch=False keeps
+PyTorch's). torch.cuda.empty_cache(), set_per_process_memory_fraction() and Tensor.record_stream() reach
+gpumem through the allocator's hooks. The library is $GPUMEM_LIBRARY, else libgpumem.so beside this file.
+"""
+import ctypes
+import json
+import os
+import sys
+
+__all__ = [
+    "GpumemError", "OutOfMemoryError", "install", "is_installed", "memory_allocated", "max_memory_allocated",
+    "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats", "memory_stats", "memory_summary",
+    "empty_cache", "set_per_process_memory_fraction", "set_limit", "mem_get_info", "backend_name",
+    "allocate", "deallocate", "record_stream",
+]
+
+
+class GpumemError(RuntimeError):
+    """A gpumem call failed; the message is the library's one-sentence reason."""
+
+
+class OutOfMemoryError(GpumemError):
+    pass
+
+
+_E_OOM = -1
+_lib = None
+_lib_path = None
+_installed = False
+_torch_allocator = None  # keeps PyTorch's allocator object (and the library) alive
+
+
+def _library_path():
+    path = os.environ.get("GPUMEM_LIBRARY")
+    if path:
+        if not os.path.exists(path):
+            raise GpumemError(f"gpumem: GPUMEM_LIBRARY={path} does not exist")
+        return os.path.abspath(path)
+    here = os.path.dirname(os.path.abspath(__file__))
+    for candidate in (os.path.join(here, "libgpumem.so"), os.path.join(here, "..", "build", "libgpumem.so")):
+        if os.path.exists(candidate):
+            return os.path.abspath(candidate)
+    raise GpumemError("gpumem: libgpumem.so not found; set GPUMEM_LIBRARY to its path "
+                      "(the build puts it beside the gpumem binary)")
+
+
+def _load():
+    global _lib, _lib_path
+    if _lib is not None:
+        return _lib
+    path = _library_path()
+    lib = ctypes.CDLL(path)
+    c = ctypes
+    sigs = {
+        "gpumem_version": (c.c_char_p, []),
+        "gpumem_last_error": (c.c_char_p, []),
+        "gpumem_allocate": (c.c_int, [c.c_size_t, c.c_int, c.c_void_p, c.POINTER(c.c_void_p)]),
+        "gpumem_deallocate": (c.c_int, [c.c_void_p, c.c_int, c.c_void_p]),
+        "gpumem_set_limit": (c.c_int, [c.c_size_t, c.c_int]),
+        "gpumem_set_fraction": (c.c_int, [c.c_double, c.c_int]),
+        "gpumem_record_stream_checked": (c.c_int, [c.c_void_p, c.c_void_p]),
+        "gpumem_empty_cache_checked": (c.c_int, []),
+        "gpumem_backend_name": (c.c_int, [c.c_int, c.c_char_p, c.c_size_t]),
+        "gpumem_memory_allocated": (c.c_size_t, [c.c_int]),
+        "gpumem_memory_reserved": (c.c_size_t, [c.c_int]),
+        "gpumem_max_memory_allocated": (c.c_size_t, [c.c_int]),
+        "gpumem_max_memory_reserved": (c.c_size_t, [c.c_int]),
+        "gpumem_reset_peak_memory_stats": (c.c_int, [c.c_int]),
+        "gpumem_mem_get_info": (c.c_int, [c.c_int, c.POINTER(c.c_size_t), c.POINTER(c.c_size_t)]),
+        "gpumem_memory_stats_json": (c.c_int, [c.c_int, c.c_char_p, c.c_size_t]),
+        "gpumem_memory_summary": (c.c_int, [c.c_int, c.c_char_p, c.c_size_t]),
+    }
+    for name, (restype, argtypes) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    _lib, _lib_path = lib, path
+    return lib
+
+
+def _check(rc):
+    if rc < 0:
+        message = _load().gpumem_last_error().decode(errors="replace")
+        raise (OutOfMemoryError if rc == _E_OOM else GpumemError)(message)
+    return rc
+
+
+def _device(device):
+    """None -> PyTorch's current device once installed (gpumem's current device otherwise); int, 'cuda:N'
+    or torch.device -> its index."""
+    if device is None:
+        torch = sys.modules.get("torch")
+        if _installed and torch is not None and torch.cuda.is_initialized():
+            return torch.cuda.current_device()
+        return -1
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        return int(device.split(":", 1)[1]) if ":" in device else _device(None)
+    index = getattr(device, "index", None)
+    return _device(None) if index is None else int(index)
+
+
+def _text(fn, device):
+    needed = _check(fn(_device(device), None, 0))
+    buf = ctypes.create_string_buffer(needed + 1)
+    _check(fn(_device(device), buf, needed + 1))
+    return buf.value.decode()
+
+
+def memory_allocated(device=None):
+    return _load().gpumem_memory_allocated(_device(device))
+
+
+def max_memory_allocated(device=None):
+    return _load().gpumem_max_memory_allocated(_device(device))
+
+
+def memory_reserved(device=None):
+    return _load().gpumem_memory_reserved(_device(device))
+
+
+def max_memory_reserved(device=None):
+    return _load().gpumem_max_memory_reserved(_device(device))
+
+
+def reset_peak_memory_stats(device=None):
+    _check(_load().gpumem_reset_peak_memory_stats(_device(device)))
+
+
+def memory_stats(device=None):
+    """torch.cuda.memory_stats()'s flat keys ("allocated_bytes.all.current", ...), with gpumem's values."""
+    return dict(sorted(json.loads(_text(_load().gpumem_memory_stats_json, device)).items()))
+
+
+def memory_summary(device=None, abbreviated=False):
+    return _text(_load().gpumem_memory_summary, device)
+
+
+def empty_cache():
+    _check(_load().gpumem_empty_cache_checked())
+
+
+def set_per_process_memory_fraction(fraction, device=None):
+    _check(_load().gpumem_set_fraction(float(fraction), _device(device)))
+
+
+def set_limit(nbytes, device=None):
+    """Caps reserved bytes on a device (0 removes the cap)."""
+    _check(_load().gpumem_set_limit(int(nbytes), _device(device)))
+
+
+def mem_get_info(device=None):
+    free, total = ctypes.c_size_t(), ctypes.c_size_t()
+    _check(_load().gpumem_mem_get_info(_device(device), ctypes.byref(free), ctypes.byref(total)))
+    return free.value, total.value
+
+
+def backend_name(device=None):
+    return _text(_load().gpumem_backend_name, device)
+
+
+def allocate(nbytes, device=None, stream=0):
+    """Raw allocation (an integer address); for tools and tests. Raises OutOfMemoryError when full."""
+    out = ctypes.c_void_p()
+    _check(_load().gpumem_allocate(int(nbytes), _device(device), ctypes.c_void_p(stream or None), ctypes.byref(out)))
+    return out.value or 0
+
+
+def deallocate(ptr, device=None, stream=0):
+    _check(_load().gpumem_deallocate(ctypes.c_void_p(ptr or None), _device(device), ctypes.c_void_p(stream or None)))
+
+
+def record_stream(ptr, stream):
+    _check(_load().gpumem_record_stream_checked(ctypes.c_void_p(ptr or None), ctypes.c_void_p(stream or None)))
+
+
+def is_installed():
+    return _installed
+
+
+_TORCH_NAMES = ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+                "reset_peak_memory_stats", "memory_stats", "memory_summary")
+
+
+def install(patch_torch=True):
+    """Makes gpumem PyTorch's CUDA allocator. Must run before the process's first CUDA use."""
+    global _installed, _torch_allocator
+    if _installed:
+        return
+    import torch
+    if torch.cuda.is_initialized():
+        held = torch.cuda.memory_allocated() if torch.cuda.memory.get_allocator_backend() == "native" else 0
+        raise GpumemError(
+            "gpumem: install() came too late: this process already initialised CUDA with PyTorch's own "
+            f"allocator ({held} bytes allocated), and PyTorch cannot change allocators after that; call "
+            "gpumem_torch.install() before the first CUDA tensor, or start the program with `gpumem run`")
+    lib = _load()
+    allocator = torch.cuda.memory.CUDAPluggableAllocator(_lib_path, "gpumem_malloc", "gpumem_free")
+    raw = allocator.allocator()
+    hooks = (("set_reset_fn", "gpumem_reset"), ("set_memory_fraction_fn", "gpumem_set_memory_fraction"),
+             ("set_record_stream_fn", "gpumem_record_stream"), ("set_base_alloc_fn", "gpumem_base_alloc"),
+             ("set_init_fn", "gpumem_init"))
+    for setter, symbol in hooks:
+        if hasattr(raw, setter):
+            getattr(raw, setter)(ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value)
+    torch.cuda.memory.change_current_allocator(allocator)
+    _torch_allocator = allocator
+    _installed = True
+    if patch_torch:
+        this = sys.modules[__name__]
+        for name in _TORCH_NAMES:
+            setattr(torch.cuda, name, getattr(this, name))
+            setattr(torch.cuda.memory, name, getattr(this, name))
+        torch.cuda.reset_max_memory_allocated = reset_peak_memory_stats
+        torch.cuda.memory.reset_max_memory_allocated = reset_peak_memory_stats
+
+
+class _InstallWhenTorchLoads:
+    """A meta-path finder that lets `import torch` run unchanged, then calls install() right after it."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        original = spec.loader.exec_module
+
+        def exec_module(module):
+            original(module)
+            try:
+                install()
+            except GpumemError as e:
+                sys.stderr.write(f"{e}\n")
+                sys.stderr.flush()
+                os._exit(4)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def install_on_torch_import():
+    """Installs gpumem as soon as the program imports torch (what `gpumem run` sets up)."""
+    if "torch" in sys.modules:
+        install()
+    elif not any(isinstance(f, _InstallWhenTorchLoads) for f in sys.meta_path):
+        sys.meta_path.insert(0, _InstallWhenTorchLoads())
+
+
+_REPORT_KEYS = {"peak_allocated": "allocated_bytes.all.peak", "peak_reserved": "reserved_bytes.all.peak",
+                "peak_requested": "requested_bytes.all.peak", "num_ooms": "num_ooms",
+                "num_device_alloc": "num_device_alloc", "num_device_free": "num_device_free"}
+
+
+def _run_setup():
+    """Called by the sitecustomize that `gpumem run` generates: install on `import torch`, and at exit
+    write this process's peaks to $GPUMEM_REPORT_DIR/report-<pid>.json for `gpumem run` to print."""
+    install_on_torch_import()
+    report_dir = os.environ.get("GPUMEM_REPORT_DIR")
+    if not report_dir:
+        return
+    import atexit
+    state = {"oom": False}
+    previous_hook = sys.excepthook
+
+    def excepthook(kind, value, tb):
+        if "gpumem: out of memory" in str(value):
+            state["oom"] = True
+        previous_hook(kind, value, tb)
+
+    def write_report():
+        devices = {}
+        torch = sys.modules.get("torch")
+        if _installed and torch is not None and torch.cuda.is_initialized():
+            for d in range(torch.cuda.device_count()):
+                stats = memory_stats(d)
+                if stats.get("segment.all.allocated", 0) or stats.get("allocation.all.allocated", 0):
+                    devices[str(d)] = {k: stats.get(key, 0) for k, key in _REPORT_KEYS.items()}
+        report = {"pid": os.getpid(), "installed": _installed, "oom": state["oom"], "devices": devices}
+        try:
+            with open(os.path.join(report_dir, f"report-{os.getpid()}.json"), "w") as f:
+                json.dump(report, f)
+        except OSError:
+            pass  # the report is a courtesy; the program's own exit status stands
+
+    sys.excepthook = excepthook
+    atexit.register(write_report)

@@ -1,0 +1,54 @@
+// GPUMEM_* settings: malformed values give one sentence naming the variable.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "api/env_config.hpp"
+#include "gpumem/errors.hpp"
+
+namespace {
+
+struct ScopedEnv {
+  const char* name;
+  ScopedEnv(const char* n, const char* value) : name(n) { setenv(n, value, 1); }
+  ~ScopedEnv() { unsetenv(name); }
+};
+
+TEST(EnvConfig, SizesAndFractions) {
+  {
+    ScopedEnv e("GPUMEM_TEST_SIZE", "1.5GiB");
+    EXPECT_EQ(gpumem::api::env_size("GPUMEM_TEST_SIZE"), std::uint64_t(3) << 29);
+  }
+  EXPECT_FALSE(gpumem::api::env_size("GPUMEM_TEST_SIZE").has_value());
+  {
+    ScopedEnv e("GPUMEM_TEST_SIZE", "");
+    EXPECT_FALSE(gpumem::api::env_size("GPUMEM_TEST_SIZE").has_value());
+  }
+  {
+    ScopedEnv e("GPUMEM_TEST_FRACTION", "0.25");
+    EXPECT_DOUBLE_EQ(*gpumem::api::env_fraction("GPUMEM_TEST_FRACTION"), 0.25);
+  }
+}
+
+TEST(EnvConfig, MalformedValuesNameTheVariable) {
+  for (const char* bad : {"12XB", "-1", "lots"}) {
+    ScopedEnv e("GPUMEM_TEST_SIZE", bad);
+    try {
+      gpumem::api::env_size("GPUMEM_TEST_SIZE");
+      FAIL() << bad;
+    } catch (const gpumem::Error& err) {
+      EXPECT_NE(std::string(err.what()).find("GPUMEM_TEST_SIZE"), std::string::npos) << err.what();
+    }
+  }
+  for (const char* bad : {"0", "1.5", "half", "0.5x", "-0.1"}) {
+    ScopedEnv e("GPUMEM_TEST_FRACTION", bad);
+    EXPECT_THROW(gpumem::api::env_fraction("GPUMEM_TEST_FRACTION"), gpumem::Error) << bad;
+  }
+  {
+    ScopedEnv e("GPUMEM_BACKEND", "host");
+    EXPECT_EQ(gpumem::api::env_backend(), "host");
+  }
+  EXPECT_EQ(gpumem::api::env_backend(), "cuda");
+}
+
+}  // namespace

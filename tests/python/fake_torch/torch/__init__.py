@@ -1,0 +1,2 @@
+"""A test double of the few torch names gpumem_torch touches (CI has no PyTorch)."""
+from . import cuda  # noqa: F401

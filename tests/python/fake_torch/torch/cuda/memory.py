@@ -1,0 +1,71 @@
+"""torch.cuda.memory's pluggable-allocator API, reduced to what it does with the function pointers."""
+import ctypes
+
+import torch
+
+_current = None
+native_allocated = 4096  # what the "native" allocator holds once CUDA is initialised
+
+
+def get_allocator_backend():
+    return "native" if _current is None else "pluggable"
+
+
+def _native_only(*args, **kwargs):
+    if _current is not None:
+        raise RuntimeError("CUDAPluggableAllocator does not yet support getDeviceStats")
+    return native_allocated
+
+
+memory_allocated = max_memory_allocated = memory_reserved = max_memory_reserved = _native_only
+reset_peak_memory_stats = memory_stats = memory_summary = _native_only
+
+
+class _RawAllocator:
+    def __init__(self, malloc_ptr, free_ptr):
+        self.malloc_ptr, self.free_ptr, self.hooks = malloc_ptr, free_ptr, {}
+
+    def set_init_fn(self, ptr):
+        self.hooks["init"] = ptr
+
+    def set_reset_fn(self, ptr):
+        self.hooks["reset"] = ptr
+
+    def set_memory_fraction_fn(self, ptr):
+        self.hooks["memory_fraction"] = ptr
+
+    def set_base_alloc_fn(self, ptr):
+        self.hooks["base_alloc"] = ptr
+
+    def set_record_stream_fn(self, ptr):
+        self.hooks["record_stream"] = ptr
+
+    # What PyTorch's C++ side does with the pointers, callable from tests.
+    def malloc(self, size, device, stream):
+        fn = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)(self.malloc_ptr)
+        return fn(size, device, stream)
+
+    def free(self, ptr, size, device, stream):
+        fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)(self.free_ptr)
+        fn(ptr, size, device, stream)
+
+    def empty_cache(self):
+        ctypes.CFUNCTYPE(None)(self.hooks["reset"])()
+
+
+class CUDAPluggableAllocator:
+    def __init__(self, path_to_so_file, alloc_fn_name, free_fn_name):
+        lib = ctypes.CDLL(path_to_so_file)
+        malloc_ptr = ctypes.cast(getattr(lib, alloc_fn_name), ctypes.c_void_p).value
+        free_ptr = ctypes.cast(getattr(lib, free_fn_name), ctypes.c_void_p).value
+        self._allocator = _RawAllocator(malloc_ptr, free_ptr)
+
+    def allocator(self):
+        return self._allocator
+
+
+def change_current_allocator(allocator):
+    global _current
+    if torch.cuda.is_initialized():
+        raise RuntimeError("Can't swap an already initialized allocator")
+    _current = allocator
