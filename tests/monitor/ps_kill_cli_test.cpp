@@ -1,0 +1,202 @@
+// gpumem ps / kill against real child processes: one with an "NVML context" (listed by the test
+// double), one holding a stand-in device node without a context, and an NVML entry whose PID is gone.
+#include <sys/stat.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+
+#include "monitor/procfs.hpp"
+#include "monitor/run_gpumem.hpp"
+#include "nvml/fake_nvml_env.hpp"
+
+using namespace gpumem::testing;
+
+namespace {
+
+// A child running `script` under /bin/sh; killed and reaped when the test ends.
+class Child {
+ public:
+  explicit Child(const std::string& script) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      execl("/bin/sh", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  ~Child() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      reap();
+    }
+  }
+  int pid() const { return pid_; }
+  // Waits for the child to end; its exit status (128+signal when killed).
+  int reap() {
+    int st = 0;
+    if (pid_ <= 0 || waitpid(pid_, &st, 0) != pid_) return -1;
+    pid_ = -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  }
+  bool running() const {
+    std::string stat = slurp("/proc/" + std::to_string(pid_) + "/stat");
+    size_t close = stat.rfind(')');
+    return close != std::string::npos && stat[close + 2] != 'Z';
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// Waits until the child's exec has happened (its command line changed) so /proc shows the final image.
+void wait_for_exec(const Child& c, const std::string& needle) {
+  for (int i = 0; i < 500; ++i) {
+    if (slurp("/proc/" + std::to_string(c.pid()) + "/cmdline").find(needle) != std::string::npos) return;
+    usleep(2000);
+  }
+}
+
+int dead_pid() {
+  Child c("exit 0");
+  int pid = c.pid();
+  c.reap();
+  return pid;
+}
+
+class PsKill : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dev_ = std::filesystem::temp_directory_path() / ("gpumem-dev-" + std::to_string(getpid()) + "-" +
+                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dev_);
+    for (const char* n : {"nvidia0", "nvidia1", "nvidiactl"}) std::ofstream(dev_ / n) << "";
+  }
+  void TearDown() override { std::filesystem::remove_all(dev_); }
+
+  std::map<std::string, std::string> env(const std::string& scenario) {
+    return {{"GPUMEM_NVML_LIBRARY", fake_nvml_path()},
+            {"GPUMEM_FAKE_NVML_SCENARIO", write_scenario(::testing::UnitTest::GetInstance()->current_test_info()->name(), scenario)},
+            {"GPUMEM_DEV_DIR", dev_.string()}};
+  }
+  std::string holder_script() const { return "exec 3<" + (dev_ / "nvidia0").string() + "; exec sleep 300"; }
+
+  std::filesystem::path dev_;
+};
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+  return s;
+}
+
+std::string collapse_spaces(const std::string& s) {
+  std::string out;
+  for (char c : s)
+    if (!(c == ' ' && !out.empty() && out.back() == ' ')) out += c;
+  return out;
+}
+
+}  // namespace
+
+TEST_F(PsKill, PsShowsContextsHoldersAndGhosts) {
+  Child worker("exec sleep 301");
+  Child holder(holder_script());
+  wait_for_exec(worker, "301");
+  wait_for_exec(holder, "300");
+  int gone = dead_pid();
+  std::string scenario = "gpu name=\"NVIDIA H100 80GB HBM3\" total_mib=81559 reserved_mib=512 used_mib=1500\n"
+                         "gpu name=\"NVIDIA H100 80GB HBM3\" used_mib=0\n"
+                         "proc gpu=0 pid=" + std::to_string(worker.pid()) + " used_mib=1000\n"
+                         "proc gpu=0 pid=" + std::to_string(gone) + " used_mib=300\n";
+  auto r = run_gpumem({"ps"}, env(scenario));
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::string text = r.out;
+  text = replace_all(text, " " + std::to_string(worker.pid()) + " ", " <WORKER> ");
+  text = replace_all(text, " " + std::to_string(holder.pid()) + " ", " <HOLDER> ");
+  text = replace_all(text, " " + std::to_string(gone) + " ", " <GONE> ");
+  text = replace_all(text, dev_.string(), "<DEV>");
+  text = replace_all(text, " " + gpumem::monitor::user_name(geteuid()) + " ", " <USER> ");
+  // Unreadable fd directories depend on who runs the test; drop that note.
+  text = text.substr(0, text.find("Note: the open files"));
+  expect_golden("ps.txt", collapse_spaces(text));
+
+  auto j = run_gpumem({"ps", "--json"}, env(scenario));
+  ASSERT_EQ(j.status, 0);
+  auto doc = nlohmann::json::parse(j.out);
+  std::map<int, std::string> kinds;
+  for (const auto& p : doc["processes"]) kinds[p["pid"].get<int>()] = p["kind"].get<std::string>();
+  EXPECT_EQ(kinds[worker.pid()], "context");
+  EXPECT_EQ(kinds[holder.pid()], "no_context");
+  EXPECT_EQ(kinds[gone], "gone");
+  EXPECT_EQ(doc["gpus"][0]["unexplained_bytes"].get<long long>(), 200ll << 20);
+}
+
+TEST_F(PsKill, KillTermThenReport) {
+  Child worker("exec sleep 302");
+  wait_for_exec(worker, "302");
+  const int pid = worker.pid();
+  auto r = run_gpumem({"kill", std::to_string(worker.pid()), "--timeout", "5"}, env(""));
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_EQ(worker.reap(), 128 + SIGTERM);
+  EXPECT_EQ(collapse_spaces(replace_all(r.out, std::to_string(pid), "<PID>")).substr(0, 44),
+            "PID <PID> (sleep 302): exited on SIGTERM aft");
+}
+
+TEST_F(PsKill, KillEscalatesToSigkill) {
+  Child stubborn("trap '' TERM; exec sleep 303");  // an ignored signal stays ignored across exec
+  wait_for_exec(stubborn, "303");
+  auto r = run_gpumem({"kill", std::to_string(stubborn.pid()), "--timeout", "0.2"}, env(""));
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("killed with SIGKILL"), std::string::npos) << r.out;
+  EXPECT_EQ(stubborn.reap(), 128 + SIGKILL);
+}
+
+TEST_F(PsKill, KillRefusesInitParentAndGone) {
+  int gone = dead_pid();
+  // The test process is gpumem's parent.
+  auto r = run_gpumem({"kill", "1", std::to_string(getpid()), std::to_string(gone), "--json"}, env(""));
+  EXPECT_EQ(r.status, 5);
+  auto doc = nlohmann::json::parse(r.out);
+  ASSERT_EQ(doc.size(), 3u);
+  EXPECT_EQ(doc[0]["result"], "refused");
+  EXPECT_EQ(doc[1]["result"], "refused");
+  EXPECT_EQ(doc[1]["detail"], "refused: that is gpumem's parent process");
+  EXPECT_EQ(doc[2]["result"], "no_such_process");
+}
+
+TEST_F(PsKill, KillGhostsDryRunThenForReal) {
+  Child worker("exec sleep 304");
+  Child holder(holder_script());
+  wait_for_exec(worker, "304");
+  wait_for_exec(holder, "300");
+  std::string scenario = "gpu used_mib=10\ngpu\nproc gpu=0 pid=" + std::to_string(worker.pid()) + " used_mib=5\n";
+  auto dry = run_gpumem({"kill", "--ghosts", "--dry-run"}, env(scenario));
+  EXPECT_EQ(dry.status, 0);
+  EXPECT_EQ(dry.out, "PID " + std::to_string(holder.pid()) + " (sleep 300): would send SIGTERM\n");
+  EXPECT_TRUE(holder.running());
+  auto real = run_gpumem({"kill", "--ghosts", "--timeout", "5"}, env(scenario));
+  EXPECT_EQ(real.status, 0) << real.out;
+  EXPECT_EQ(holder.reap(), 128 + SIGTERM);
+  EXPECT_TRUE(worker.running());
+}
+
+TEST_F(PsKill, KillByGpuAndUser) {
+  Child on0("exec sleep 305");
+  Child on1("exec sleep 306");
+  wait_for_exec(on0, "305");
+  wait_for_exec(on1, "306");
+  std::string scenario = "gpu\ngpu\nproc gpu=0 pid=" + std::to_string(on0.pid()) + " used_mib=5\nproc gpu=1 pid=" +
+                         std::to_string(on1.pid()) + " used_mib=5\n";
+  auto r = run_gpumem({"kill", "--gpu", "1", "--user", std::to_string(geteuid()), "--timeout", "5"}, env(scenario));
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_EQ(on1.reap(), 128 + SIGTERM);
+  EXPECT_TRUE(on0.running());
+  auto none = run_gpumem({"kill", "--gpu", "1"}, env(scenario));
+  EXPECT_EQ(none.out, "No process matches.\n");
+  auto bad = run_gpumem({"kill", "--user", "no-such-user-xyz"}, env(scenario));
+  EXPECT_EQ(bad.status, 2);
+  auto nothing = run_gpumem({"kill"}, env(scenario));
+  EXPECT_EQ(nothing.status, 2);
+  auto badsig = run_gpumem({"kill", "--signal", "BOGUS", "1"}, env(scenario));
+  EXPECT_EQ(badsig.status, 2);
+}

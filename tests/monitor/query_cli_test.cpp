@@ -1,0 +1,174 @@
+// gpumem query / dmon / info as a user runs them, against the NVML test double: golden outputs for
+// every format, errors and exit codes, the loop ended by SIGINT.
+#include <gtest/gtest.h>
+
+#include "monitor/run_gpumem.hpp"
+#include "nvml/fake_nvml_env.hpp"
+
+using namespace gpumem::testing;
+
+namespace {
+
+const char* kAllFields =
+    "timestamp,index,name,uuid,pci.bus_id,driver_version,pstate,temperature.gpu,utilization.gpu,utilization.memory,"
+    "memory.total,memory.reserved,memory.used,memory.free,power.draw,power.limit,clocks.sm,clocks.mem,clocks.max.sm,"
+    "fan.speed,persistence_mode,compute_mode";
+
+std::map<std::string, std::string> fake_env(const std::string& scenario, const std::string& variant = "current") {
+  return {{"GPUMEM_NVML_LIBRARY", fake_nvml_path(variant)},
+          {"GPUMEM_FAKE_NVML_SCENARIO", std::string(GPUMEM_SOURCE_DIR) + "/tests/monitor/scenarios/" + scenario},
+          {"CUDA_VISIBLE_DEVICES", ""},
+          {"CUDA_DEVICE_ORDER", ""},
+          {"TZ", "UTC"}};
+}
+
+RunResult run_ok(const std::vector<std::string>& args, const std::map<std::string, std::string>& env) {
+  RunResult r = run_gpumem(args, env);
+  EXPECT_EQ(r.status, 0) << r.err;
+  return r;
+}
+
+}  // namespace
+
+TEST(QueryCli, CsvAllFields) {
+  auto r = run_ok({"query", std::string("--query-gpu=") + kAllFields, "--format=csv"}, fake_env("two_gpus.txt"));
+  expect_golden("query_csv.txt", mask_timestamps(r.out));
+  EXPECT_EQ(r.err, "");
+}
+
+TEST(QueryCli, CsvNoHeaderNoUnitsSelectedGpus) {
+  auto r = run_ok({"query", std::string("--query-gpu=") + kAllFields, "--format=csv,noheader,nounits", "-i",
+                   "1,GPU-8f1c2e4a-1111-2222-3333-444455556666"},
+                  fake_env("two_gpus.txt"));
+  expect_golden("query_csv_noheader_nounits.txt", mask_timestamps(r.out));
+}
+
+TEST(QueryCli, Json) {
+  auto r = run_ok({"query", std::string("--query-gpu=") + kAllFields, "--format=json"}, fake_env("two_gpus.txt"));
+  expect_golden("query_json.txt", mask_timestamps(r.out));
+}
+
+TEST(QueryCli, UnsupportedFieldsShowNA) {
+  auto r = run_ok({"query", std::string("--query-gpu=") + kAllFields + ",temperature.memory,clocks.max.mem",
+                   "--format=csv"},
+                  fake_env("unsupported.txt"));
+  expect_golden("query_unsupported.txt", mask_timestamps(r.out));
+}
+
+TEST(QueryCli, OldDriverHasNoReservedMemory) {
+  auto r = run_ok({"query", "--query-gpu=index,memory.total,memory.reserved,memory.used,memory.free,pci.bus_id",
+                   "--format=csv"},
+                  fake_env("two_gpus.txt", "old"));
+  expect_golden("query_old_driver.txt", r.out);
+}
+
+TEST(QueryCli, ComputeApps) {
+  auto csv = run_ok({"query", "--query-compute-apps=pid,process_name,gpu_uuid,used_memory,gpu_bus_id,gpu_name",
+                     "--format=csv"},
+                    fake_env("two_gpus.txt"));
+  expect_golden("query_apps_csv.txt", csv.out);
+  EXPECT_EQ(csv.err, "GPU 2: process list unavailable: GPU is lost\n");
+  auto json = run_ok({"query", "--query-compute-apps=pid,used_memory", "--format=json", "-i", "0"},
+                     fake_env("two_gpus.txt"));
+  EXPECT_EQ(json.out, "[{\"pid\":4242,\"used_memory\":12288},{\"pid\":4343,\"used_memory\":8000}]\n");
+}
+
+TEST(QueryCli, ComputeAppsStrideOfEveryDriverGeneration) {
+  for (const char* variant : {"current", "old", "cc"}) {
+    auto r = run_ok({"query", "--query-compute-apps=pid,used_memory", "--format=csv,noheader", "-i", "0"},
+                    fake_env("two_gpus.txt", variant));
+    EXPECT_EQ(r.out, "4242, 12288 MiB\n4343, 8000 MiB\n") << variant;
+  }
+}
+
+TEST(QueryCli, UnknownFieldIsUsageError) {
+  auto r = run_gpumem({"query", "--query-gpu=index,foo", "--format=csv"}, fake_env("two_gpus.txt"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "gpumem query: Field \"foo\" is not a valid field to query.\n");
+  auto f = run_gpumem({"query", "--query-gpu=index", "--format=xml"}, fake_env("two_gpus.txt"));
+  EXPECT_EQ(f.status, 2);
+}
+
+TEST(QueryCli, NoSuchGpu) {
+  auto r = run_gpumem({"query", "--query-gpu=index", "--format=csv", "-i", "7"}, fake_env("two_gpus.txt"));
+  EXPECT_EQ(r.status, 4);
+  EXPECT_EQ(r.err, "gpumem query: No GPU matches id '7' (give an index, a UUID or a PCI bus id).\n");
+}
+
+TEST(QueryCli, WithoutNvmlOneSentenceAndExit4) {
+  auto env = fake_env("two_gpus.txt");
+  env["GPUMEM_NVML_LIBRARY"] = "/nonexistent/libnvidia-ml.so.1";
+  for (const char* cmd : {"query", "dmon", "info", "ps"}) {
+    std::vector<std::string> args = {cmd};
+    if (std::string(cmd) == "query") args.push_back("--query-gpu=index");
+    auto r = run_gpumem(args, env);
+    EXPECT_EQ(r.status, 4) << cmd;
+    EXPECT_NE(r.err.find("could not be loaded"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  env["GPUMEM_NVML_LIBRARY"] = fake_nvml_path();
+  env["GPUMEM_FAKE_NVML_SCENARIO"] = write_scenario("init-fails", "init_error 9\n");
+  auto r = run_gpumem({"info"}, env);
+  EXPECT_EQ(r.status, 4);
+  EXPECT_EQ(r.err, "gpumem info: NVML could not be initialised: Driver Not Loaded (is the NVIDIA driver loaded?).\n");
+}
+
+TEST(QueryCli, UnwritableFileFailsBeforeSampling) {
+  auto r = run_gpumem({"query", "--query-gpu=index", "--format=csv", "-f", "/nonexistent-dir/out.csv", "-l", "1"},
+                      fake_env("two_gpus.txt"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "gpumem query: cannot write /nonexistent-dir/out.csv: No such file or directory.\n");
+}
+
+TEST(QueryCli, LoopFlushesEverySampleAndStopsOnSigint) {
+  std::string file = write_scenario("loop-out.csv", "");
+  auto r = run_gpumem({"query", "--query-gpu=index,memory.used", "--format=csv", "-lms", "20", "-i", "0", "-f", file},
+                      fake_env("two_gpus.txt"), 400);
+  EXPECT_EQ(r.status, 130);
+  std::string out = slurp(file);
+  EXPECT_EQ(out.rfind("index, memory.used [MiB]\n0, 20480 MiB\n0, 20480 MiB\n", 0), 0u) << out;
+  EXPECT_EQ(out.find("index", 1), std::string::npos) << "header printed once";
+  EXPECT_EQ(out.back(), '\n');
+}
+
+TEST(QueryCli, LoopFlagForms) {
+  auto bad = run_gpumem({"query", "--query-gpu=index", "-lms", "abc"}, fake_env("two_gpus.txt"));
+  EXPECT_EQ(bad.status, 2);
+  auto bad2 = run_gpumem({"query", "--query-gpu=index", "-l", "0"}, fake_env("two_gpus.txt"));
+  EXPECT_EQ(bad2.status, 2);
+  auto extra = run_gpumem({"query", "--query-gpu=index", "stray"}, fake_env("two_gpus.txt"));
+  EXPECT_EQ(extra.status, 2);
+}
+
+TEST(DmonCli, Golden) {
+  auto r = run_ok({"dmon", "-c", "2", "-d", "0.01"}, fake_env("two_gpus.txt"));
+  expect_golden("dmon.txt", r.out);
+  auto sel = run_ok({"dmon", "-c", "1", "-s", "um", "-i", "0"}, fake_env("two_gpus.txt"));
+  expect_golden("dmon_um.txt", sel.out);
+  auto pcie = run_ok({"dmon", "-c", "1", "-s", "t", "-i", "0"}, fake_env("two_gpus.txt"));
+  EXPECT_EQ(pcie.out.substr(0, pcie.out.find('\n')), "# gpu  rxpci  txpci ");
+  auto bad = run_gpumem({"dmon", "-s", "x"}, fake_env("two_gpus.txt"));
+  EXPECT_EQ(bad.status, 2);
+}
+
+TEST(DmonCli, StopsOnSigint) {
+  auto r = run_gpumem({"dmon", "-d", "0.02"}, fake_env("two_gpus.txt"), 300);
+  EXPECT_EQ(r.status, 130);
+  EXPECT_GE(std::count(r.out.begin(), r.out.end(), '\n'), 2 + 3 * 2);
+}
+
+TEST(InfoCli, Golden) {
+  auto r = run_ok({"info"}, fake_env("two_gpus.txt"));
+  expect_golden("info.txt", mask_build_dir(r.out));
+  auto j = run_ok({"info", "--json"}, fake_env("two_gpus.txt"));
+  expect_golden("info_json.txt", mask_build_dir(j.out));
+  auto env = fake_env("two_gpus.txt");
+  env["CUDA_VISIBLE_DEVICES"] = "GPU-9a2d,0,5,1";
+  env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
+  auto v = run_ok({"info"}, env);
+  expect_golden("info_visible.txt", mask_build_dir(v.out));
+  auto old = run_ok({"info", "-i", "0"}, fake_env("two_gpus.txt", "old"));
+  expect_golden("info_old_driver.txt", mask_build_dir(old.out));
+}
