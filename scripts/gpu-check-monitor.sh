@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Proof of the monitor commands on a real GPU (run through the device tool; not part of `make test`).
+#  1. `gpumem query` prints what `nvidia-smi --query-gpu` prints, byte for byte, once the fields that
+#     change between two calls (timestamp, temperature, utilization, power, current clocks) are masked.
+#  2. With a PyTorch process holding memory: --query-compute-apps lists the same processes and memory,
+#     and `gpumem ps` shows the same memory; a process holding /dev/nvidia0 without a context is flagged.
+#  3. One-shot latency (median of N whole-process runs each, interleaved) and loop-mode CPU cost
+#     (-lms 10 for LOOP_S seconds each, side by side, CPU time from wait4's rusage).
+# Usage: scripts/gpu-check-monitor.sh [path/to/gpumem]   (default: .device/mon/gpumem, build/gpumem)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=${1:-}
+for c in "$BIN" .device/mon/gpumem build-mon/gpumem build/gpumem; do
+  if [[ -n "$c" && -x "$c" ]]; then BIN=$c; break; fi
+done
+[[ -x "$BIN" ]] || { echo "gpu-check-monitor: no gpumem binary (build it or pass its path)"; exit 1; }
+OUTDIR=${OUT:-/tmp/gpumem-monitor-check}
+mkdir -p "$OUTDIR"
+N=${N:-30}
+LOOP_S=${LOOP_S:-30}
+FIELDS=timestamp,index,name,uuid,pci.bus_id,driver_version,pstate,temperature.gpu,utilization.gpu,utilization.memory,memory.total,memory.reserved,memory.used,memory.free,power.draw,power.limit,clocks.sm,clocks.mem,clocks.max.sm,fan.speed,persistence_mode,compute_mode
+# 1-based columns of FIELDS that may change between two calls.
+MASK="1 8 9 10 15 17 18"
+FAILS=0
+declare -a ROWS
+
+mask() { awk -F', ' -v cols="$MASK" 'BEGIN{n=split(cols,c," ")} NR==1 && /^timestamp/ {print; next} {for(i=1;i<=n;i++) $c[i]="X"; print}' OFS=', '; }
+row() { ROWS+=("$(printf '%-44s %s' "$1" "$2")"); }
+check() {  # name, file-a, file-b
+  if diff -u "$2" "$3" > "$OUTDIR/$1.diff"; then row "$1" "identical"; else row "$1" "DIFFERENT (see $1.diff)"; FAILS=$((FAILS+1)); cat "$OUTDIR/$1.diff"; fi
+}
+
+echo "== gpumem: $BIN"; ldd "$BIN" | grep -E "not found" && FAILS=$((FAILS+1))
+nvidia-smi --version | head -3
+
+echo "== 1. query vs nvidia-smi --query-gpu"
+for fmt in csv csv,noheader,nounits; do
+  nvidia-smi --query-gpu=$FIELDS --format=$fmt > "$OUTDIR/smi.$fmt.raw"
+  "$BIN" query --query-gpu=$FIELDS --format=$fmt > "$OUTDIR/gpumem.$fmt.raw"
+  mask < "$OUTDIR/smi.$fmt.raw" > "$OUTDIR/smi.$fmt"
+  mask < "$OUTDIR/gpumem.$fmt.raw" > "$OUTDIR/gpumem.$fmt"
+  check "query-gpu --format=$fmt" "$OUTDIR/smi.$fmt" "$OUTDIR/gpumem.$fmt"
+done
+cat "$OUTDIR/gpumem.csv.raw"
+
+echo "== 2. with a PyTorch process"
+python3 -c "
+import torch, time, sys
+x = torch.empty(3 << 30, dtype=torch.uint8, device='cuda'); torch.cuda.synchronize()
+print('ready', flush=True); time.sleep(120)" > "$OUTDIR/torch.log" 2>&1 &
+TORCH=$!
+sleep 60 3</dev/nvidia0 &
+HOLDER=$!
+for _ in $(seq 1 600); do grep -q ready "$OUTDIR/torch.log" && break; sleep 0.1; done
+sleep 0.5
+APPS=pid,process_name,gpu_uuid,used_memory
+nvidia-smi --query-compute-apps=$APPS --format=csv > "$OUTDIR/smi.apps"
+"$BIN" query --query-compute-apps=$APPS --format=csv > "$OUTDIR/gpumem.apps"
+check "query-compute-apps (PyTorch pid $TORCH)" "$OUTDIR/smi.apps" "$OUTDIR/gpumem.apps"
+cat "$OUTDIR/gpumem.apps"
+"$BIN" ps > "$OUTDIR/gpumem.ps"; cat "$OUTDIR/gpumem.ps"
+"$BIN" ps --json > "$OUTDIR/gpumem.ps.json"
+"$BIN" info > "$OUTDIR/gpumem.info"; cat "$OUTDIR/gpumem.info"
+SMI_MIB=$(awk -F', ' -v p=$TORCH '$1==p {print $4}' "$OUTDIR/smi.apps")
+PS_MIB=$(python3 -c "
+import json; d=json.load(open('$OUTDIR/gpumem.ps.json'))
+print(' '.join('%d MiB' % (p['used_memory_bytes'] >> 20) for p in d['processes'] if p['pid']==$TORCH and p['used_memory_bytes'] is not None))")
+if [[ -n "$SMI_MIB" && "$SMI_MIB" == "$PS_MIB" ]]; then row "ps: PyTorch memory == nvidia-smi" "yes ($PS_MIB)"; else row "ps: PyTorch memory == nvidia-smi" "NO (smi '$SMI_MIB', ps '$PS_MIB')"; FAILS=$((FAILS+1)); fi
+HOLDER_KIND=$(python3 -c "
+import json; d=json.load(open('$OUTDIR/gpumem.ps.json'))
+print(','.join(p['kind'] for p in d['processes'] if p['pid']==$HOLDER) or 'absent')")
+if [[ "$HOLDER_KIND" == "no_context" ]]; then row "ps: /dev/nvidia0 holder flagged" "yes (pid $HOLDER, no_context)"; else row "ps: /dev/nvidia0 holder flagged" "NO ($HOLDER_KIND)"; FAILS=$((FAILS+1)); fi
+kill $HOLDER $TORCH 2>/dev/null; wait $HOLDER $TORCH 2>/dev/null
+
+echo "== 3. latency and loop CPU"
+python3 - "$BIN" "$FIELDS" "$N" "$LOOP_S" "$OUTDIR" > "$OUTDIR/perf.txt" <<'PY'
+import os, signal, statistics, subprocess, sys, time
+binary, fields, n, loop_s, outdir = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+smi = ["nvidia-smi", f"--query-gpu={fields}", "--format=csv"]
+gm = [binary, "query", f"--query-gpu={fields}", "--format=csv"]
+def once(cmd):
+    t = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
+    return time.perf_counter() - t, ru.ru_utime + ru.ru_stime
+for cmd in (smi, gm): once(cmd)  # warm the page cache
+lat = {"smi": [], "gm": []}
+for _ in range(n):  # interleaved so both see the same machine state
+    lat["smi"].append(once(smi)[0]); lat["gm"].append(once(gm)[0])
+ms = {k: statistics.median(v) * 1000 for k, v in lat.items()}
+print(f"oneshot_median_ms nvidia-smi={ms['smi']:.2f} gpumem={ms['gm']:.2f} speedup={ms['smi']/ms['gm']:.2f}")
+print(f"oneshot_min_ms nvidia-smi={min(lat['smi'])*1000:.2f} gpumem={min(lat['gm'])*1000:.2f}")
+def loop(cmd, name):
+    f = open(f"{outdir}/loop.{name}.csv", "w")
+    return subprocess.Popen(cmd, stdout=f), f
+procs = {"smi": loop(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader", "-lms", "10"], "smi"),
+         "gm": loop([binary, "query", f"--query-gpu={fields}", "--format=csv,noheader", "-lms", "10"], "gm")}
+time.sleep(loop_s)
+res = {}
+for k, (p, f) in procs.items():
+    p.send_signal(signal.SIGINT)
+    _, status, ru = os.wait4(p.pid, 0)
+    f.close()
+    samples = sum(1 for _ in open(f"{outdir}/loop.{k}.csv"))
+    cpu = ru.ru_utime + ru.ru_stime
+    res[k] = (cpu, samples)
+    print(f"loop_{k} cpu_s={cpu:.3f} samples={samples} core_pct={cpu/loop_s*100:.2f} us_per_sample={cpu/max(samples,1)*1e6:.1f}")
+ratio = (res['smi'][0]/max(res['smi'][1],1)) / (res['gm'][0]/max(res['gm'][1],1))
+print(f"loop_cpu_per_sample_ratio={ratio:.1f}")
+PY
+cat "$OUTDIR/perf.txt"
+read -r SMI_MS GM_MS SPEED < <(awk '/^oneshot_median/ {split($2,a,"="); split($3,b,"="); split($4,c,"="); print a[2], b[2], c[2]}' "$OUTDIR/perf.txt")
+read -r GM_PCT GM_US < <(awk '/^loop_gm/ {split($5,a,"="); split($6,b,"="); print a[2], b[2]}' "$OUTDIR/perf.txt")
+read -r SMI_PCT SMI_US < <(awk '/^loop_smi/ {split($5,a,"="); split($6,b,"="); print a[2], b[2]}' "$OUTDIR/perf.txt")
+RATIO=$(awk -F= '/^loop_cpu_per_sample_ratio/ {print $2}' "$OUTDIR/perf.txt")
+verdict() { if awk "BEGIN{exit !($1)}"; then echo "meets"; else echo "MISSES"; fi; }
+row "one-shot median (N=$N): nvidia-smi / gpumem" "$SMI_MS ms / $GM_MS ms = ${SPEED}x ($(verdict "$GM_MS <= 9 && $SPEED >= 2.5") <=9 ms, >=2.5x)"
+row "loop -lms 10, ${LOOP_S}s: CPU % of a core" "nvidia-smi $SMI_PCT % / gpumem $GM_PCT % ($(verdict "$GM_PCT <= 1") <=1 %)"
+row "loop CPU per sample" "nvidia-smi $SMI_US us / gpumem $GM_US us = ${RATIO}x ($(verdict "$RATIO >= 10") >=10x)"
+
+echo
+echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1))"
+for r in "${ROWS[@]}"; do echo "$r"; done
+FAILS=$((FAILS + $(printf '%s\n' "${ROWS[@]}" | grep -c MISSES)))
+echo "failures: $FAILS"
+exit $((FAILS > 0))
