@@ -28,7 +28,7 @@ test-asan: deps
 
 test-tsan: deps
 	@cmake -S . -B build-tsan -DGPUMEM_SANITIZE=thread -DGPUMEM_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	@cmake --build build-tsan -j $(JOBS)
+	@cmake --build build-tsan -j $(JOBS) --target tsan_tests
 	cd build-tsan && ctest --output-on-failure -j $(JOBS) -L tsan
 
 test: test-fast test-asan test-tsan
