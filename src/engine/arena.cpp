@@ -52,7 +52,10 @@ Region& Arena::new_region(std::size_t min_bytes) {
   }
   va = round_up(std::max(va, min_bytes), granularity_);
   auto r = std::make_unique<Region>();
-  r->base = backend_.reserve(va);
+  {
+    std::lock_guard lock(physical_.mutex());  // backend memory calls run one at a time (backend.hpp)
+    r->base = backend_.reserve(va);
+  }
   r->size = va;
   regions_.push_back(std::move(r));
   return *regions_.back();
@@ -96,6 +99,10 @@ Block* Arena::grow_virtual(std::size_t size) {
 Block* Arena::map_at_top(Region& r, Block* tail, std::vector<Piece>& pieces) {
   // One map call per run of consecutive bytes of one chunk (pieces lent from one place are often one
   // run), cut into map_unit_bytes units if configured.
+  // The order of pieces under the new addresses does not matter: sorted, neighbours in a chunk merge.
+  std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) {
+    return a.chunk != b.chunk ? a.chunk < b.chunk : a.offset < b.offset;
+  });
   std::vector<Piece> runs;
   for (const Piece& p : pieces) {
     if (!runs.empty() && runs.back().chunk == p.chunk && runs.back().offset + runs.back().bytes == p.offset)
