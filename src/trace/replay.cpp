@@ -43,11 +43,11 @@ std::uint64_t round_up(std::uint64_t v, std::uint64_t step) { return (v + step -
 
 ReplayResult replay(const Trace& trace, const ReplayOptions& options) {
   const std::vector<Step> steps = compile(trace);
+  ReplayResult r;  // before the allocator: its error handler writes here until the allocator is gone
   SimBackendOptions sim;
   sim.capacity = options.capacity;
   auto backend = std::make_shared<SimBackend>(sim);
   Allocator allocator(backend);
-  ReplayResult r;
   allocator.set_error_handler([&r](const std::string&) { ++r.invalid_frees; });
   r.events = trace.events.size();
   r.capacity = options.capacity;
