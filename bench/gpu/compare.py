@@ -1,0 +1,54 @@
+"""Compares the training runs of scripts/gpu-check.sh and prints the final table (also as markdown).
+Usage: compare.py RESULTS_DIR [host_cost.json] > table"""
+import json
+import os
+import sys
+
+WARMUP = 2  # first steps build kernels, cuBLAS handles and caches: left out of step-time sums
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def max_rel_diff(a, b):
+    return max((abs(x - y) / max(abs(x), 1e-12) for x, y in zip(a, b)), default=float("nan"))
+
+
+def main():
+    d = sys.argv[1]
+    rows = []
+    for w in ("lm", "resnet"):
+        native, gm, limited = (load(os.path.join(d, f"{w}_{k}.json")) for k in ("native", "gpumem", "limit"))
+        if not native or not gm:
+            rows.append(f"| {w} | run failed (see logs) | | | | | |")
+            continue
+        n_ms, g_ms = sum(native["step_ms"][WARMUP:]), sum(gm["step_ms"][WARMUP:])
+        ratio_n = native["peak_reserved"] / native["peak_live"]
+        ratio_g = gm["peak_reserved"] / gm["peak_live"]
+        same_len = len(native["losses"]) == len(gm["losses"])
+        diff = max_rel_diff(native["losses"], gm["losses"]) if same_len else float("nan")
+        lim = "not run" if limited is None else ("ran, same losses" if max_rel_diff(native["losses"], limited["losses"]) <= 1e-3
+                                                 else "ran, losses differ")
+        rows.append(f"| {w} | {diff:.2e} | {n_ms:.0f} / {g_ms:.0f} ms ({(g_ms / n_ms - 1) * 100:+.2f}%) | "
+                    f"{native['peak_live'] / 2**30:.3f} / {gm['peak_live'] / 2**30:.3f} GiB | "
+                    f"{ratio_n:.3f} | {ratio_g:.4f} | {lim} |")
+    print("| workload | max rel. loss diff | step time native / gpumem | peak live native / gpumem | "
+          "reserved/live native | reserved/live gpumem | --limit 1.02x peak live |")
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    if len(sys.argv) > 2 and (cost := load(sys.argv[2])):
+        c10 = next((c for c in cost if c["allocator"].startswith("c10")), None)
+        print("\n| allocator | 1 MiB pair (ns) | mixed op (ns) | vs c10 pair | vs c10 mixed |")
+        print("|---|---|---|---|---|")
+        for c in cost:
+            vs = (f"{c10['pair_ns'] / c['pair_ns']:.1f}x | {c10['mixed_ns'] / c['mixed_ns']:.1f}x" if c10 else "- | -")
+            print(f"| {c['allocator']} | {c['pair_ns']:.1f} | {c['mixed_ns']:.1f} | {vs} |")
+
+
+if __name__ == "__main__":
+    main()
