@@ -30,6 +30,72 @@ check() {  # name, file-a, file-b
   if diff -u "$2" "$3" > "$OUTDIR/$1.diff"; then row "$1" "identical"; else row "$1" "DIFFERENT (see $1.diff)"; FAILS=$((FAILS+1)); cat "$OUTDIR/$1.diff"; fi
 }
 
+if [[ "${DIAGNOSE:-0}" == 1 ]]; then
+  # Where one-shot and loop time goes: NVML init variants and the cost of each NVML call.
+  python3 - "$BIN" <<'PY'
+import ctypes, os, statistics, subprocess, sys, time
+binary = sys.argv[1]
+def med(cmd, n=15):
+    v = []
+    for _ in range(n):
+        t = time.perf_counter(); subprocess.run(cmd, stdout=subprocess.DEVNULL); v.append(time.perf_counter() - t)
+    return statistics.median(v) * 1000
+init_code = '''
+import ctypes, time, sys
+t0 = time.perf_counter(); lib = ctypes.CDLL("libnvidia-ml.so.1"); t1 = time.perf_counter()
+flags = int(sys.argv[1])
+rc = lib.nvmlInitWithFlags(flags) if flags >= 0 else lib.nvmlInit_v2(); t2 = time.perf_counter()
+h = ctypes.c_void_p(); lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(h)); t3 = time.perf_counter()
+n = ctypes.create_string_buffer(96); lib.nvmlDeviceGetName(h, n, 96); t4 = time.perf_counter()
+lib.nvmlShutdown(); t5 = time.perf_counter()
+print("%.2f %.2f %.2f %.2f %.2f rc=%d" % ((t1-t0)*1e3, (t2-t1)*1e3, (t3-t2)*1e3, (t4-t3)*1e3, (t5-t4)*1e3, rc))
+'''
+for flags in (-1, 0, 2):
+    rows = [subprocess.run([sys.executable, "-c", init_code, str(flags)], capture_output=True, text=True).stdout.split() for _ in range(7)]
+    cols = list(zip(*[r[:5] for r in rows]))
+    print("init flags=%s  dlopen/init/handle/name/shutdown ms (median of 7): %s  %s" % (flags, " ".join("%.2f" % statistics.median(map(float, c)) for c in cols), rows[0][5]))
+print("python -c pass: %.2f ms" % med([sys.executable, "-c", "pass"], 7))
+print("gpumem --version: %.2f ms" % med([binary, "--version"]))
+print("gpumem query index: %.2f ms" % med([binary, "query", "--query-gpu=index", "--format=csv"]))
+print("nvidia-smi query index: %.2f ms" % med(["nvidia-smi", "--query-gpu=index", "--format=csv"]))
+lib = ctypes.CDLL("libnvidia-ml.so.1"); lib.nvmlInit_v2()
+h = ctypes.c_void_p(); lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(h))
+buf = ctypes.create_string_buffer(256); u = ctypes.c_uint(); uu = (ctypes.c_uint * 8)(); ull = (ctypes.c_ulonglong * 8)()
+mem2 = (ctypes.c_ulonglong * 5)(); mem2[0] = 40 | (2 << 24)
+calls = {
+ "SystemGetDriverVersion": lambda: lib.nvmlSystemGetDriverVersion(buf, 80),
+ "DeviceGetCount_v2": lambda: lib.nvmlDeviceGetCount_v2(ctypes.byref(u)),
+ "GetHandleByIndex_v2": lambda: lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(ctypes.c_void_p())),
+ "GetName": lambda: lib.nvmlDeviceGetName(h, buf, 96),
+ "GetUUID": lambda: lib.nvmlDeviceGetUUID(h, buf, 96),
+ "GetPciInfo_v3": lambda: lib.nvmlDeviceGetPciInfo_v3(h, buf),
+ "GetMinorNumber": lambda: lib.nvmlDeviceGetMinorNumber(h, ctypes.byref(u)),
+ "GetMemoryInfo_v2": lambda: lib.nvmlDeviceGetMemoryInfo_v2(h, mem2),
+ "GetMemoryInfo": lambda: lib.nvmlDeviceGetMemoryInfo(h, ull),
+ "GetPerformanceState": lambda: lib.nvmlDeviceGetPerformanceState(h, ctypes.byref(u)),
+ "GetTemperature": lambda: lib.nvmlDeviceGetTemperature(h, 0, ctypes.byref(u)),
+ "GetUtilizationRates": lambda: lib.nvmlDeviceGetUtilizationRates(h, uu),
+ "GetPowerUsage": lambda: lib.nvmlDeviceGetPowerUsage(h, ctypes.byref(u)),
+ "GetPowerManagementLimit": lambda: lib.nvmlDeviceGetPowerManagementLimit(h, ctypes.byref(u)),
+ "GetClockInfo(SM)": lambda: lib.nvmlDeviceGetClockInfo(h, 1, ctypes.byref(u)),
+ "GetClockInfo(MEM)": lambda: lib.nvmlDeviceGetClockInfo(h, 2, ctypes.byref(u)),
+ "GetMaxClockInfo(SM)": lambda: lib.nvmlDeviceGetMaxClockInfo(h, 1, ctypes.byref(u)),
+ "GetFanSpeed": lambda: lib.nvmlDeviceGetFanSpeed(h, ctypes.byref(u)),
+ "GetPersistenceMode": lambda: lib.nvmlDeviceGetPersistenceMode(h, ctypes.byref(u)),
+ "GetComputeMode": lambda: lib.nvmlDeviceGetComputeMode(h, ctypes.byref(u)),
+ "GetComputeRunningProcesses_v3": lambda: lib.nvmlDeviceGetComputeRunningProcesses_v3(h, ctypes.byref(ctypes.c_uint(0)), None),
+}
+for name, fn in calls.items():
+    fn(); n = 200
+    c0, w0 = time.process_time(), time.perf_counter()
+    for _ in range(n): rc = fn()
+    c1, w1 = time.process_time(), time.perf_counter()
+    print("  %-30s rc=%-3d wall %8.1f us  cpu %8.1f us" % (name, rc, (w1 - w0) / n * 1e6, (c1 - c0) / n * 1e6))
+PY
+  which strace perf ltrace
+  exit 0
+fi
+
 echo "== gpumem: $BIN"; ldd "$BIN" | grep -E "not found" && FAILS=$((FAILS+1))
 nvidia-smi --version | head -3
 
@@ -41,6 +107,10 @@ for fmt in csv csv,noheader,nounits; do
   mask < "$OUTDIR/gpumem.$fmt.raw" > "$OUTDIR/gpumem.$fmt"
   check "query-gpu --format=$fmt" "$OUTDIR/smi.$fmt" "$OUTDIR/gpumem.$fmt"
 done
+# The same with NVML initialised without attaching the GPUs up front (GPUMEM_NVML_NO_ATTACH=1).
+GPUMEM_NVML_NO_ATTACH=1 "$BIN" query --query-gpu=$FIELDS --format=csv | mask > "$OUTDIR/gpumem.noattach.csv"
+check "query-gpu, GPUMEM_NVML_NO_ATTACH=1" "$OUTDIR/smi.csv" "$OUTDIR/gpumem.noattach.csv"
+
 cat "$OUTDIR/gpumem.csv.raw"
 
 echo "== 2. with a PyTorch process"
@@ -57,6 +127,8 @@ APPS=pid,process_name,gpu_uuid,used_memory
 nvidia-smi --query-compute-apps=$APPS --format=csv > "$OUTDIR/smi.apps"
 "$BIN" query --query-compute-apps=$APPS --format=csv > "$OUTDIR/gpumem.apps"
 check "query-compute-apps (PyTorch pid $TORCH)" "$OUTDIR/smi.apps" "$OUTDIR/gpumem.apps"
+GPUMEM_NVML_NO_ATTACH=1 "$BIN" query --query-compute-apps=$APPS --format=csv > "$OUTDIR/gpumem.noattach.apps"
+check "query-compute-apps, GPUMEM_NVML_NO_ATTACH=1" "$OUTDIR/smi.apps" "$OUTDIR/gpumem.noattach.apps"
 cat "$OUTDIR/gpumem.apps"
 "$BIN" ps > "$OUTDIR/gpumem.ps"; cat "$OUTDIR/gpumem.ps"
 "$BIN" ps --json > "$OUTDIR/gpumem.ps.json"
@@ -78,17 +150,19 @@ import os, signal, statistics, subprocess, sys, time
 binary, fields, n, loop_s, outdir = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
 smi = ["nvidia-smi", f"--query-gpu={fields}", "--format=csv"]
 gm = [binary, "query", f"--query-gpu={fields}", "--format=csv"]
-def once(cmd):
+noattach = dict(os.environ, GPUMEM_NVML_NO_ATTACH="1")
+def once(cmd, env=None):
     t = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=env)
     _, status, ru = os.wait4(p.pid, 0)
     return time.perf_counter() - t, ru.ru_utime + ru.ru_stime
 for cmd in (smi, gm): once(cmd)  # warm the page cache
-lat = {"smi": [], "gm": []}
-for _ in range(n):  # interleaved so both see the same machine state
-    lat["smi"].append(once(smi)[0]); lat["gm"].append(once(gm)[0])
+lat = {"smi": [], "gm": [], "na": []}
+for _ in range(n):  # interleaved so all see the same machine state
+    lat["smi"].append(once(smi)[0]); lat["gm"].append(once(gm)[0]); lat["na"].append(once(gm, noattach)[0])
 ms = {k: statistics.median(v) * 1000 for k, v in lat.items()}
 print(f"oneshot_median_ms nvidia-smi={ms['smi']:.2f} gpumem={ms['gm']:.2f} speedup={ms['smi']/ms['gm']:.2f}")
+print(f"oneshot_noattach_median_ms gpumem={ms['na']:.2f} speedup={ms['smi']/ms['na']:.2f}")
 print(f"oneshot_min_ms nvidia-smi={min(lat['smi'])*1000:.2f} gpumem={min(lat['gm'])*1000:.2f}")
 def loop(cmd, name):
     f = open(f"{outdir}/loop.{name}.csv", "w")
@@ -115,6 +189,8 @@ read -r SMI_PCT SMI_US < <(awk '/^loop_smi/ {split($5,a,"="); split($6,b,"="); p
 RATIO=$(awk -F= '/^loop_cpu_per_sample_ratio/ {print $2}' "$OUTDIR/perf.txt")
 verdict() { if awk "BEGIN{exit !($1)}"; then echo "meets"; else echo "MISSES"; fi; }
 row "one-shot median (N=$N): nvidia-smi / gpumem" "$SMI_MS ms / $GM_MS ms = ${SPEED}x ($(verdict "$GM_MS <= 9 && $SPEED >= 2.5") <=9 ms, >=2.5x)"
+NA_LINE=$(awk '/^oneshot_noattach/ {split($2,a,"="); split($3,b,"="); print a[2] " ms = " b[2] "x"}' "$OUTDIR/perf.txt")
+row "one-shot median, GPUMEM_NVML_NO_ATTACH=1" "$NA_LINE"
 row "loop -lms 10, ${LOOP_S}s: CPU % of a core" "nvidia-smi $SMI_PCT % / gpumem $GM_PCT % ($(verdict "$GM_PCT <= 1") <=1 %)"
 row "loop CPU per sample" "nvidia-smi $SMI_US us / gpumem $GM_US us = ${RATIO}x ($(verdict "$RATIO >= 10") >=10x)"
 

@@ -65,11 +65,12 @@ int run_query(const QueryOptions& o, CLI::App& sub) {
   auto nvml = nvml::Nvml::open();
   auto gpus = monitor::select_gpus(*nvml, o.ids);
   if (period_ms > 0) monitor::install_stop_handlers();
-  monitor::Ticker ticker(std::chrono::milliseconds(period_ms));
+  monitor::Ticker ticker{std::chrono::milliseconds(period_ms)};
   bool first = true;
+  monitor::QueryCache cache;
   do {
     std::string warnings;
-    std::string text = monitor::render_query(*nvml, gpus, req, fmt, first, &warnings);
+    std::string text = monitor::render_query(*nvml, gpus, req, fmt, first, &warnings, period_ms > 0 ? &cache : nullptr);
     if (std::fwrite(text.data(), 1, text.size(), out) != text.size() || std::fflush(out) != 0) {
       std::fprintf(stderr, "gpumem query: cannot write output: %s.\n", std::strerror(errno));
       return kExitFailure;

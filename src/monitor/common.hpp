@@ -31,8 +31,8 @@ struct GpuRef {
 // in the order given. Throws NoSuchGpuError for an id that matches nothing or when there is no GPU.
 std::vector<GpuRef> select_gpus(const nvml::Nvml& nvml, const std::string& ids);
 
-// Whole MiB as nvidia-smi prints them (truncated).
-inline unsigned long long to_mib(unsigned long long bytes) { return bytes >> 20; }
+// Whole MiB as nvidia-smi prints them: rounded to nearest (an H200's 615.9 MiB reserved prints 616).
+inline unsigned long long to_mib(unsigned long long bytes) { return (bytes + (1ull << 19)) >> 20; }
 
 // Local time as nvidia-smi prints it: "2026/11/21 10:01:02.123".
 std::string timestamp_now();

@@ -1,7 +1,9 @@
 #include "monitor/query.hpp"
 
+#include <chrono>
 #include <cstdio>
 #include <functional>
+#include <map>
 
 #include "monitor/gpu_view.hpp"
 
@@ -17,12 +19,13 @@ struct Cell {
   std::string text;
   bool ok = false;
   nlohmann::ordered_json json;
+  bool unsupported = false;  // the GPU will never have this value: a loop need not ask again
 };
 
 template <class T>
 Cell failure(const nvml::Nvml& nvml, const Reading<T>& r) {
-  std::string text = r.not_supported() ? "[N/A]" : "[" + nvml.error_string(r.status) + "]";
-  return Cell{text, false, nullptr};
+  if (r.not_supported()) return Cell{"[N/A]", false, nullptr, true};
+  return Cell{"[" + nvml.error_string(r.status) + "]", false, nullptr};
 }
 
 Cell text_cell(const std::string& s) { return Cell{s, true, s}; }
@@ -56,13 +59,29 @@ Cell memory_cell(GpuView& g, const MemPick& pick) {
 
 }  // namespace
 
+// How often a loop re-reads a field: every sample, once (identity, hardware maxima), or once a
+// second (settings an administrator may change: reading the power limit costs ~175 us on an H200,
+// the maximum SM clock ~1.6 ms, while the live values cost ~0.5 us each).
+enum class Refresh { kEverySample, kOnce, kEverySecond };
+
 struct QueryField {
   const char* name;
   std::vector<const char*> aliases;
   const char* unit;  // nullptr: none
   std::function<Cell(GpuView&)> gpu;
   std::function<Cell(GpuView&, const nvml::GpuProcess&)> app;
+  Refresh refresh = Refresh::kEverySample;
 };
+
+struct QueryCache::Impl {
+  struct Entry {
+    Cell cell;
+    std::chrono::steady_clock::time_point read_at;
+  };
+  std::map<std::pair<unsigned, const QueryField*>, Entry> entries;
+};
+QueryCache::QueryCache() : impl_(std::make_unique<Impl>()) {}
+QueryCache::~QueryCache() = default;
 
 namespace {
 
@@ -72,11 +91,11 @@ const std::vector<QueryField>& gpu_fields() {
   static const std::vector<QueryField> table = {
       {"timestamp", {}, nullptr, [](GpuView& g) { return text_cell(g.timestamp()); }, {}},
       {"driver_version", {}, nullptr,
-       [](GpuView& g) { auto r = g.nvml().driver_version(); return r ? text_cell(*r) : failure(g.nvml(), r); }, {}},
+       [](GpuView& g) { auto r = g.nvml().driver_version(); return r ? text_cell(*r) : failure(g.nvml(), r); }, {}, Refresh::kOnce},
       {"count", {}, nullptr, [](GpuView& g) { return number_cell(g.nvml(), g.nvml().device_count()); }, {}},
-      {"name", {"gpu_name"}, nullptr, [](GpuView& g) { return string_reading(g, g.name()); }, {}},
-      {"pci.bus_id", {"gpu_bus_id"}, nullptr, [](GpuView& g) { return string_reading(g, g.bus_id()); }, {}},
-      {"uuid", {"gpu_uuid"}, nullptr, [](GpuView& g) { return string_reading(g, g.uuid()); }, {}},
+      {"name", {"gpu_name"}, nullptr, [](GpuView& g) { return string_reading(g, g.name()); }, {}, Refresh::kOnce},
+      {"pci.bus_id", {"gpu_bus_id"}, nullptr, [](GpuView& g) { return string_reading(g, g.bus_id()); }, {}, Refresh::kOnce},
+      {"uuid", {"gpu_uuid"}, nullptr, [](GpuView& g) { return string_reading(g, g.uuid()); }, {}, Refresh::kOnce},
       {"index", {}, nullptr, [](GpuView& g) { return Cell{std::to_string(g.index()), true, g.index()}; }, {}},
       {"pstate", {}, nullptr,
        [](GpuView& g) {
@@ -104,7 +123,7 @@ const std::vector<QueryField>& gpu_fields() {
       {"power.draw", {}, "W",
        [](GpuView& g) { return watts_cell(g.nvml(), g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().power_mw(g.device())); }, {}},
       {"power.limit", {}, "W",
-       [](GpuView& g) { return watts_cell(g.nvml(), g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().power_limit_mw(g.device())); }, {}},
+       [](GpuView& g) { return watts_cell(g.nvml(), g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().power_limit_mw(g.device())); }, {}, Refresh::kEverySecond},
       {"clocks.current.graphics", {"clocks.gr"}, "MHz",
        [](GpuView& g) { return number_cell(g.nvml(), g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().clock_mhz(g.device(), abi::kClockGraphics)); }, {}},
       {"clocks.current.sm", {"clocks.sm"}, "MHz",
@@ -112,25 +131,25 @@ const std::vector<QueryField>& gpu_fields() {
       {"clocks.current.memory", {"clocks.mem"}, "MHz",
        [](GpuView& g) { return number_cell(g.nvml(), g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().clock_mhz(g.device(), abi::kClockMem)); }, {}},
       {"clocks.max.graphics", {"clocks.max.gr"}, "MHz",
-       [](GpuView& g) { return number_cell(g.nvml(), g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().max_clock_mhz(g.device(), abi::kClockGraphics)); }, {}},
+       [](GpuView& g) { return number_cell(g.nvml(), g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().max_clock_mhz(g.device(), abi::kClockGraphics)); }, {}, Refresh::kOnce},
       {"clocks.max.sm", {}, "MHz",
-       [](GpuView& g) { return number_cell(g.nvml(), g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().max_clock_mhz(g.device(), abi::kClockSm)); }, {}},
+       [](GpuView& g) { return number_cell(g.nvml(), g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().max_clock_mhz(g.device(), abi::kClockSm)); }, {}, Refresh::kOnce},
       {"clocks.max.memory", {"clocks.max.mem"}, "MHz",
-       [](GpuView& g) { return number_cell(g.nvml(), g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().max_clock_mhz(g.device(), abi::kClockMem)); }, {}},
+       [](GpuView& g) { return number_cell(g.nvml(), g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().max_clock_mhz(g.device(), abi::kClockMem)); }, {}, Refresh::kOnce},
       {"fan.speed", {}, "%",
        [](GpuView& g) { return number_cell(g.nvml(), g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().fan_percent(g.device())); }, {}},
       {"persistence_mode", {}, nullptr,
-       [](GpuView& g) { return enabled_cell(g.nvml(), g.lost() ? Reading<bool>::fail(g.handle_status()) : g.nvml().persistence_mode(g.device())); }, {}},
+       [](GpuView& g) { return enabled_cell(g.nvml(), g.lost() ? Reading<bool>::fail(g.handle_status()) : g.nvml().persistence_mode(g.device())); }, {}, Refresh::kEverySecond},
       {"compute_mode", {}, nullptr,
        [](GpuView& g) {
          auto r = g.lost() ? Reading<unsigned>::fail(g.handle_status()) : g.nvml().compute_mode(g.device());
          return r ? text_cell(nvml::compute_mode_name(*r)) : failure(g.nvml(), r);
-       }, {}},
+       }, {}, Refresh::kEverySecond},
       {"ecc.mode.current", {}, nullptr,
        [](GpuView& g) {
          auto r = g.lost() ? Reading<nvml::EnableMode>::fail(g.handle_status()) : g.nvml().ecc_mode(g.device());
          return r ? text_cell(r->current ? "Enabled" : "Disabled") : failure(g.nvml(), r);
-       }, {}},
+       }, {}, Refresh::kEverySecond},
       {"ecc.errors.uncorrected.volatile.total", {}, nullptr,
        [](GpuView& g) { return number_cell(g.nvml(), g.lost() ? Reading<unsigned long long>::fail(g.handle_status()) : g.nvml().ecc_errors(g.device(), abi::kEccUncorrected, abi::kEccVolatile)); }, {}},
       {"ecc.errors.corrected.volatile.total", {}, nullptr,
@@ -139,7 +158,7 @@ const std::vector<QueryField>& gpu_fields() {
        [](GpuView& g) {
          auto r = g.lost() ? Reading<nvml::EnableMode>::fail(g.handle_status()) : g.nvml().mig_mode(g.device());
          return r ? text_cell(r->current ? "Enabled" : "Disabled") : failure(g.nvml(), r);
-       }, {}},
+       }, {}, Refresh::kEverySecond},
   };
   return table;
 }
@@ -242,7 +261,7 @@ std::vector<std::string> app_field_names() {
 }
 
 std::string render_query(const nvml::Nvml& nvml, const std::vector<GpuRef>& gpus, const QueryRequest& req,
-                         const QueryFormat& fmt, bool with_header, std::string* warnings) {
+                         const QueryFormat& fmt, bool with_header, std::string* warnings, QueryCache* cache) {
   const std::string ts = timestamp_now();
   std::string out;
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
@@ -256,11 +275,27 @@ std::string render_query(const nvml::Nvml& nvml, const std::vector<GpuRef>& gpus
       append_csv(out, row, fmt);
     }
   };
+  const auto now = std::chrono::steady_clock::now();
+  auto read = [&](GpuView& g, const QueryField* f) -> Cell {
+    if (!cache) return f->gpu(g);
+    auto& entries = cache->impl().entries;
+    auto key = std::make_pair(g.index(), f);
+    auto it = entries.find(key);
+    if (it != entries.end()) {
+      const Cell& c = it->second.cell;
+      bool fresh = c.unsupported || f->refresh == Refresh::kOnce ||
+                   (f->refresh == Refresh::kEverySecond && now - it->second.read_at < std::chrono::seconds(1));
+      if (fresh) return c;
+    }
+    Cell c = f->gpu(g);
+    if (c.unsupported || (c.ok && f->refresh != Refresh::kEverySample)) entries[key] = QueryCache::Impl::Entry{c, now};
+    return c;
+  };
   for (const GpuRef& ref : gpus) {
     GpuView g(nvml, ref, ts);
     if (!req.apps) {
       std::vector<std::pair<const QueryField*, Cell>> row;
-      for (const auto& s : req.fields) row.emplace_back(s.field, s.field->gpu(g));
+      for (const auto& s : req.fields) row.emplace_back(s.field, read(g, s.field));
       emit(row);
       continue;
     }

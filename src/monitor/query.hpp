@@ -5,6 +5,7 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,11 +36,25 @@ struct QueryRequest {
 QueryRequest parse_gpu_fields(const std::string& list);
 QueryRequest parse_app_fields(const std::string& list);
 
+// What a loop keeps between samples: values that cannot change (identity, hardware maxima, fields
+// the GPU does not support) and settings re-read once a second. One-shot queries pass no cache.
+class QueryCache {
+ public:
+  QueryCache();
+  ~QueryCache();
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 // One sample of every selected GPU (or of their compute processes) in the requested format.
 // With JSON, one line holds the whole sample (JSON Lines when looping). GPUs whose process list
 // cannot be read add a line to *warnings instead of rows.
 std::string render_query(const nvml::Nvml& nvml, const std::vector<GpuRef>& gpus, const QueryRequest& req,
-                         const QueryFormat& fmt, bool with_header, std::string* warnings = nullptr);
+                         const QueryFormat& fmt, bool with_header, std::string* warnings = nullptr,
+                         QueryCache* cache = nullptr);
 
 // Field names that --help-query lists.
 std::vector<std::string> gpu_field_names();

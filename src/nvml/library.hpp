@@ -1,6 +1,7 @@
 // Loads NVML at run time (dlopen) and resolves the entry points gpumem calls, choosing the newest
 // version each driver offers. Contract: Library::open() either returns an initialised NVML (nvmlInit
-// done; nvmlShutdown in the destructor) or throws NvmlUnavailableError with one sentence saying why.
+// done; meant to be called once per process: NVML stays initialised until exit, because nvmlShutdown
+// costs milliseconds) or throws NvmlUnavailableError with one sentence saying why.
 // Missing optional entry points are null; callers report those fields as not supported.
 // GPUMEM_NVML_LIBRARY names another library to load (the tests load a scripted double this way).
 #pragma once
