@@ -3,6 +3,7 @@
 // Events complete at once unless manual_events is set; then a stream's events complete only when
 // complete_stream() is called for it (tests use this to hold blocks on "busy" streams).
 #pragma once
+#include <atomic>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -48,7 +49,7 @@ class SimBackend final : public Backend {
 
  private:
   SimBackendOptions options_;
-  std::size_t used_ = 0;
+  std::atomic<std::size_t> used_{0};  // read by mem_info() from any thread
   DevicePtr next_va_;
   ChunkHandle next_chunk_ = 1;
   std::unordered_map<ChunkHandle, std::size_t> chunks_;          // handle -> bytes
