@@ -61,7 +61,7 @@ class FreeIndex {
   // A free block of at least `size` bytes, or nullptr. The block stays in the index.
   Block* find(std::size_t size) const noexcept {
     auto [fl, sl] = class_of(size);
-    if (Block* b = best_in_list(heads_[fl][sl], size, 32)) return b;
+    if (Block* b = best_in_list(heads_[fl][sl], size, 8)) return b;
     // Any block of a higher class fits.
     std::uint32_t sl_bits = (sl + 1 < kSecondLevels) ? second_bits_[fl] & (~0u << (sl + 1)) : 0;
     if (!sl_bits) {
