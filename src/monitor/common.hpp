@@ -31,8 +31,9 @@ struct GpuRef {
 // in the order given. Throws NoSuchGpuError for an id that matches nothing or when there is no GPU.
 std::vector<GpuRef> select_gpus(const nvml::Nvml& nvml, const std::string& ids);
 
-// Whole MiB as nvidia-smi prints them: rounded to nearest (an H200's 615.9 MiB reserved prints 616).
-inline unsigned long long to_mib(unsigned long long bytes) { return (bytes + (1ull << 19)) >> 20; }
+// Whole MiB as nvidia-smi prints them: rounded up. On an H200 (driver 580) truncating printed 615/143155
+// and rounding 615/143156 where nvidia-smi prints reserved 616 / free 143156; rounding up fits both.
+inline unsigned long long to_mib(unsigned long long bytes) { return (bytes + (1ull << 20) - 1) >> 20; }
 
 // Local time as nvidia-smi prints it: "2026/11/21 10:01:02.123".
 std::string timestamp_now();

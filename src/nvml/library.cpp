@@ -39,13 +39,9 @@ std::shared_ptr<Library> Library::open() {
   if (!lib->fn_.init || !lib->fn_.device_count || !lib->fn_.handle_by_index) {
     throw NvmlUnavailableError("NVML (" + path + ") lacks nvmlInit or the device entry points; it is not a usable NVML.");
   }
-  // GPUMEM_NVML_NO_ATTACH=1 initialises without attaching the GPUs up front (nvmlInitWithFlags
-  // NO_ATTACH): attaching costs ~6.5 ms per GPU on an H200 and is what a one-shot query pays most for.
-  const char* no_attach = std::getenv("GPUMEM_NVML_NO_ATTACH");
-  abi::Return (*init_with_flags)(unsigned) = nullptr;
-  bind(handle, init_with_flags, {"nvmlInitWithFlags"});
-  abi::Return rc = (no_attach && std::string(no_attach) == "1" && init_with_flags) ? init_with_flags(2u)
-                                                                                   : lib->fn_.init();
+  // nvmlInit_v2 (~6.5 ms on an H200) plus the first handle per GPU (attach, ~6.5 ms) are the floor of
+  // a one-shot query. nvmlInitWithFlags(NO_ATTACH) is no way around it: NVML then reports no GPUs.
+  abi::Return rc = lib->fn_.init();
   if (rc != abi::kSuccess) {
     lib->fn_.shutdown = nullptr;  // nothing to shut down
     throw NvmlUnavailableError("NVML could not be initialised: " + lib->error_string(rc) +

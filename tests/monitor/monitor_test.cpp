@@ -108,6 +108,7 @@ TEST(Common, Helpers) {
   EXPECT_EQ(cuda_version_text(13000), "13.0");
   EXPECT_EQ(split("a,,b", ','), (std::vector<std::string>{"a", "", "b"}));
   EXPECT_EQ(to_mib((1ull << 20) * 3 - 1), 3u);
-  EXPECT_EQ(to_mib((1ull << 20) * 3 + (1ull << 19) - 1), 3u);
-  EXPECT_EQ(to_mib((1ull << 20) * 3 + (1ull << 19)), 4u);
+  EXPECT_EQ(to_mib((1ull << 20) * 3), 3u);
+  EXPECT_EQ(to_mib((1ull << 20) * 3 + 1), 4u);
+  EXPECT_EQ(to_mib(0), 0u);
 }
