@@ -11,7 +11,7 @@
 #                                    --limit 1.02x peak live (transformer LM, ResNet-50)  6 two processes with a
 #                                    limit each on one GPU  7 scripts/gpu-check-monitor.sh if present;
 #                                    logs to $OUT (default ./gpu-check-out), a short table last.
-# Through the device tool: run(command="bash scripts/gpu-check.sh", carry=[".device/gpu"]).
+# Through the device tool: run(command="bash scripts/gpu-check.sh", carry=[".device/gpu", ".device/mon"]).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=.device/gpu
@@ -128,6 +128,8 @@ if ((rc1 == 0 && rc2 == 0)); then row "6 two processes, 8 GiB limit each" "PASS 
 
 if [[ -f scripts/gpu-check-monitor.sh ]]; then
   mkdir -p "$RES/monitor"
-  step "7 monitor (scripts/gpu-check-monitor.sh)" 240 env OUT="$RES/monitor" bash scripts/gpu-check-monitor.sh "$BIN/gpumem"
+  # Its own binary (.device/mon/gpumem) when carried; short loops keep the whole call inside the device limit.
+  step "7 monitor (scripts/gpu-check-monitor.sh)" 200 env OUT="$RES/monitor" N="${MON_N:-10}" LOOP_S="${MON_LOOP_S:-10}" \
+    bash scripts/gpu-check-monitor.sh
 fi
 exit $((FAILS > 0))
