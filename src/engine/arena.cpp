@@ -74,19 +74,26 @@ Block* Arena::grow_virtual(std::size_t size) {
   std::lock_guard lock(physical_.mutex());
   std::vector<Piece> pieces;
   std::size_t got = physical_.take_pieces(need, pieces);
-  if (got < need) got += lend(need - got, tail, pieces);
-  if (got < need && sibling_) got += sibling_->lend(need - got, nullptr, pieces);
+  // Stitch when memory is tight: most of what is reserved is in use, or the limit is near. With much
+  // mapped memory free, the miss is fragmentation that growing cures for good, while stitching would
+  // cost map calls on every such miss (a random workload never settles).
+  std::size_t free_mapped = free_.bytes() + (sibling_ ? sibling_->free_bytes() : 0);
+  bool tight = double(free_mapped) <= config_.stitch_free_fraction * double(physical_.reserved()) ||
+               physical_.would_exceed_limit(need - got);
+  auto stitch = [&] {
+    if (got < need) got += lend(need - got, tail, pieces);
+    if (got < need && sibling_) got += sibling_->lend(need - got, nullptr, pieces);
+  };
+  if (tight) stitch();
   if (got < need) {
-    std::size_t want = need - got;
-    std::size_t chunk = std::max(want, chunk_quantum());
-    chunk = std::min(chunk, r->size - r->top - got);
-    if (physical_.would_exceed_limit(chunk)) chunk = want;
     try {
-      try {
-        pieces.push_back(physical_.create_chunk(chunk, small_));
-      } catch (const OutOfMemoryError&) {
-        if (chunk == want) throw;
-        pieces.push_back(physical_.create_chunk(want, small_));
+      pieces.push_back(create_for(need - got, r->size - r->top - got));
+      got = need;
+    } catch (const OutOfMemoryError&) {
+      if (!tight) stitch();  // the device is full: stitching is all that is left
+      if (got < need) {
+        for (const Piece& p : pieces) physical_.give_piece(p);
+        throw;
       }
     } catch (...) {
       for (const Piece& p : pieces) physical_.give_piece(p);
@@ -94,6 +101,17 @@ Block* Arena::grow_virtual(std::size_t size) {
     }
   }
   return map_at_top(*r, tail, pieces);
+}
+
+Piece Arena::create_for(std::size_t want, std::size_t room) {
+  std::size_t chunk = std::min(std::max(want, chunk_quantum()), room);
+  if (physical_.would_exceed_limit(chunk)) chunk = want;
+  try {
+    return physical_.create_chunk(chunk, small_);
+  } catch (const OutOfMemoryError&) {
+    if (chunk == want) throw;
+    return physical_.create_chunk(want, small_);
+  }
 }
 
 Block* Arena::map_at_top(Region& r, Block* tail, std::vector<Piece>& pieces) {

@@ -2,10 +2,11 @@
 //
 // With virtual memory (VMM backends) an arena is a few large reserved ranges ("regions"). Blocks fill a
 // region from its base up to `top`, the end of what is mapped. When no free block fits, the arena grows
-// at the top: it maps there physical pieces that are mapped nowhere, then the physical memory behind
-// free page-aligned ranges anywhere below (stitching, as in GMLake: the same pages are mapped a second
-// time at the top and their old addresses become a hole, so no unmap and no wait are needed), and only
-// then asks the device for a new chunk. So physical memory follows live bytes, whatever the layout.
+// at the top: it maps there physical pieces that are mapped nowhere, then, when memory is tight, the
+// physical memory behind free page-aligned ranges anywhere below (stitching, as in GMLake: the same
+// pages are mapped a second time at the top and their old addresses become a hole, so no unmap and no
+// wait are needed), and only then asks the device for a new chunk. So at the peaks physical memory
+// follows live bytes, whatever the address layout.
 // empty_cache() unmaps the mappings no block uses any more.
 // Without virtual memory each region is one plain device allocation (a "segment", as in PyTorch).
 //
@@ -90,6 +91,8 @@ class Arena {
   Block* block_containing(const Region& r, DevicePtr p) const noexcept;
   bool covered(DevicePtr start, std::size_t bytes) const;
   Block* map_at_top(Region& r, Block* tail, std::vector<Piece>& pieces);
+  // A new chunk of at least `want` bytes (a growth quantum if it fits in `room` and the limit).
+  Piece create_for(std::size_t want, std::size_t room);
   Block* extend_top(Region& r, Block* tail, std::size_t bytes);
   // Makes [hole, hole+bytes) of free block `b` a hole; returns the free block after it, if any.
   Block* carve_hole(Block* b, DevicePtr hole, std::size_t bytes);

@@ -51,6 +51,7 @@ TEST(AllocatorBasic, LargeBlocksAreBackedByChunksAndEmptyCacheReleasesThem) {
 TEST(AllocatorBasic, FreePagesAreStitchedIntoANewLargeBlock) {
   AllocatorConfig c;
   c.min_chunk_bytes = 2 * kMiB;
+  c.stitch_free_fraction = 1.0;  // always stitch before growing
   Allocator a(sim(), c);
   void* x = a.allocate(64 * kMiB, 0);
   void* pin = a.allocate(64 * kMiB, 0);
@@ -63,6 +64,38 @@ TEST(AllocatorBasic, FreePagesAreStitchedIntoANewLargeBlock) {
   a.deallocate(big, 0);
   a.deallocate(pin, 0);
   a.check_invariants();
+}
+
+TEST(AllocatorBasic, WithMuchMemoryFreeItGrowsInsteadOfStitching) {
+  AllocatorConfig c;
+  c.min_chunk_bytes = 2 * kMiB;  // stitch_free_fraction keeps its default, 0.25
+  auto backend = sim();
+  Allocator a(backend, c);
+  void* x = a.allocate(64 * kMiB, 0);
+  void* pin = a.allocate(64 * kMiB, 0);
+  a.deallocate(x, 0);
+  // Half of what is reserved is free: fragmentation, cured for good by growing, without map calls
+  // on old pages.
+  std::uint64_t maps_before = backend->call_counts().maps;
+  void* big = a.allocate(100 * kMiB, 0);
+  EXPECT_EQ(a.stats().reserved_bytes[kAggregatePool].current, std::int64_t(228 * kMiB));
+  EXPECT_EQ(backend->call_counts().maps, maps_before + 1);
+  a.deallocate(big, 0);
+  a.deallocate(pin, 0);
+  a.check_invariants();
+
+  // Under a limit the same request stitches instead of crossing it.
+  Allocator limited(sim(), c);
+  limited.set_limit(200 * kMiB);
+  x = limited.allocate(64 * kMiB, 0);
+  pin = limited.allocate(64 * kMiB, 0);
+  limited.deallocate(x, 0);
+  big = limited.allocate(100 * kMiB, 0);
+  EXPECT_EQ(limited.stats().reserved_bytes[kAggregatePool].current, std::int64_t(164 * kMiB));
+  EXPECT_EQ(limited.stats().num_alloc_retries, 0);
+  limited.check_invariants();
+  limited.deallocate(big, 0);
+  limited.deallocate(pin, 0);
 }
 
 TEST(AllocatorBasic, LimitIsEnforcedAfterReleasingTheCache) {
