@@ -93,7 +93,7 @@ class CudaBackend final : public Backend {
     require_vmm("map");
     require_aligned(va, "mapping address");
     require_aligned(bytes, "mapping size");
-    require_aligned(offset, "mapping offset");
+    if (offset % granularity_) require_aligned(offset, "mapping offset");  // 0 is a valid offset
     ContextGuard guard(context_);
     const Driver& d = driver();
     check(d.cuMemMap(CUdeviceptr(va), bytes, offset, CUmemGenericAllocationHandle(chunk), 0), "cuMemMap");

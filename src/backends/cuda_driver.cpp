@@ -48,6 +48,8 @@ Loaded load(const char* path) {
   bind(lib, d.cuCtxSetCurrent, "cuCtxSetCurrent", e);
   bind(lib, d.cuCtxSynchronize, "cuCtxSynchronize", e);
   bind(lib, d.cuStreamSynchronize, "cuStreamSynchronize", e);
+  bind(lib, d.cuStreamCreate, "cuStreamCreate", e);
+  bind(lib, d.cuStreamDestroy, "cuStreamDestroy_v2", e);
   bind(lib, d.cuMemGetInfo, "cuMemGetInfo_v2", e);
   bind(lib, d.cuMemAlloc, "cuMemAlloc_v2", e);
   bind(lib, d.cuMemFree, "cuMemFree_v2", e);

@@ -74,6 +74,8 @@ struct Driver {
   CUresult (*cuCtxSetCurrent)(CUcontext ctx);
   CUresult (*cuCtxSynchronize)();
   CUresult (*cuStreamSynchronize)(CUstream stream);
+  CUresult (*cuStreamCreate)(CUstream* stream, unsigned flags);
+  CUresult (*cuStreamDestroy)(CUstream stream);
   CUresult (*cuMemGetInfo)(std::size_t* free, std::size_t* total);
   CUresult (*cuMemAlloc)(CUdeviceptr* ptr, std::size_t bytes);
   CUresult (*cuMemFree)(CUdeviceptr ptr);

@@ -3,6 +3,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "backends/conformance.hpp"
@@ -18,15 +20,84 @@ using gpumem::conformance::BackendConformance;
 using gpumem::conformance::BackendParams;
 using gpumem::conformance::BackendUnderTest;
 
+// The suite names streams by small integers (0, 1, 7, 0x1234); a CUDA stream id is a real cudaStream_t. This
+// adapter hands every call to the CUDA backend, turning each nonzero test id into a stream of its own.
+class RealStreams final : public Backend {
+ public:
+  explicit RealStreams(std::shared_ptr<Backend> inner) : inner_(std::move(inner)) {
+    gpumem::cuda::check(gpumem::cuda::driver().cuDevicePrimaryCtxRetain(&context_, inner_->device()),
+                        "cuDevicePrimaryCtxRetain");
+  }
+  ~RealStreams() override {
+    for (auto& [id, s] : streams_) gpumem::cuda::driver().cuStreamDestroy(s);
+    gpumem::cuda::driver().cuDevicePrimaryCtxRelease(inner_->device());
+  }
+  Backend& inner() { return *inner_; }
+  const char* name() const noexcept override { return inner_->name(); }
+  int device() const noexcept override { return inner_->device(); }
+  std::size_t granularity() const noexcept override { return inner_->granularity(); }
+  bool supports_virtual_memory() const noexcept override { return inner_->supports_virtual_memory(); }
+  DevicePtr reserve(std::size_t n) override { return sync(inner_->reserve(n)); }
+  void release_range(DevicePtr b, std::size_t n) noexcept override { inner_->release_range(b, n), sync(); }
+  gpumem::ChunkHandle create_chunk(std::size_t n) override { return sync(inner_->create_chunk(n)); }
+  void release_chunk(gpumem::ChunkHandle c) noexcept override { inner_->release_chunk(c), sync(); }
+  void map(DevicePtr va, std::size_t n, gpumem::ChunkHandle c, std::size_t off) override {
+    inner_->map(va, n, c, off), sync();
+  }
+  void unmap(DevicePtr va, std::size_t n) noexcept override { inner_->unmap(va, n), sync(); }
+  DevicePtr allocate(std::size_t n) override { return sync(inner_->allocate(n)); }
+  void free(DevicePtr p) noexcept override { inner_->free(p), sync(); }
+  gpumem::MemInfo mem_info() override { return inner_->mem_info(); }
+  gpumem::EventHandle record_event(gpumem::StreamId s) override { return inner_->record_event(real(s)); }
+  bool event_done(gpumem::EventHandle e) override { return inner_->event_done(e); }
+  void release_event(gpumem::EventHandle e) noexcept override { inner_->release_event(e); }
+  void synchronize() override { inner_->synchronize(), sync(); }
+  void synchronize_stream(gpumem::StreamId s) override { inner_->synchronize_stream(real(s)), sync(); }
+
+ private:
+  template <typename T>
+  T sync(T value) {
+    counts_ = inner_->call_counts();
+    return value;
+  }
+  void sync() { counts_ = inner_->call_counts(); }
+  gpumem::StreamId real(gpumem::StreamId id) {
+    if (id == 0) return 0;
+    std::lock_guard lock(mutex_);
+    auto it = streams_.find(id);
+    if (it == streams_.end()) {
+      gpumem::cuda::ContextGuard guard(context_);
+      gpumem::cuda::CUstream s = nullptr;
+      gpumem::cuda::check(gpumem::cuda::driver().cuStreamCreate(&s, 0), "cuStreamCreate");
+      it = streams_.emplace(id, s).first;
+    }
+    return reinterpret_cast<gpumem::StreamId>(it->second);
+  }
+  std::shared_ptr<Backend> inner_;
+  gpumem::cuda::CUcontext context_ = nullptr;
+  std::mutex mutex_;
+  std::map<gpumem::StreamId, gpumem::cuda::CUstream> streams_;
+};
+
+Backend& unwrap(Backend& b) {
+  auto* adapter = dynamic_cast<RealStreams*>(&b);
+  return adapter ? adapter->inner() : b;
+}
+
 BackendUnderTest cuda(CudaMemoryMode mode) {
   BackendUnderTest b;
   b.name = mode == CudaMemoryMode::plain ? "cuda_plain" : "cuda";
-  b.factory = [mode](const BackendParams&) { return gpumem::make_cuda_backend(0, mode); };
+  b.factory = [mode](const BackendParams&) -> std::shared_ptr<Backend> {
+    auto backend = gpumem::make_cuda_backend(0, mode);
+    return std::make_shared<RealStreams>(std::move(backend));
+  };
   b.has_real_memory = true;
   b.copy_in = [](Backend& be, DevicePtr dst, const void* src, std::size_t n) {
-    gpumem::cuda_copy_to_device(be, dst, src, n);
+    gpumem::cuda_copy_to_device(unwrap(be), dst, src, n);
   };
-  b.copy_out = [](Backend& be, void* dst, DevicePtr src, std::size_t n) { gpumem::cuda_copy_to_host(be, dst, src, n); };
+  b.copy_out = [](Backend& be, void* dst, DevicePtr src, std::size_t n) {
+    gpumem::cuda_copy_to_host(unwrap(be), dst, src, n);
+  };
   b.honors_capacity = false;  // a real GPU has the capacity it has
   return b;
 }
