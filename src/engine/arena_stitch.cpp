@@ -1,0 +1,162 @@
+// Stitching and giving memory back: lending the pages behind free ranges, holes, unmapping unused
+// mappings. See arena.hpp.
+#include <algorithm>
+
+#include "engine/arena.hpp"
+
+namespace gpumem::engine {
+namespace {
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+}  // namespace
+
+std::size_t Arena::lend(std::size_t bytes, const Block* keep, std::vector<Piece>& out) {
+  struct Candidate {
+    Block* block;
+    DevicePtr start;
+    std::size_t bytes;
+  };
+  std::vector<Candidate> candidates;
+  free_.for_each_at_least(granularity_, [&](Block* b) {
+    if (b == keep || b->region->plain) return;
+    DevicePtr start = round_up(b->addr, granularity_), end = b->end() / granularity_ * granularity_;
+    if (end > start) candidates.push_back({b, start, end - start});
+  });
+  // Fewest map calls: the largest free ranges first, the last one only as far as needed.
+  std::sort(candidates.begin(), candidates.end(),
+            [](const Candidate& a, const Candidate& b) { return a.bytes > b.bytes; });
+  std::size_t lent = 0;
+  for (const Candidate& c : candidates) {
+    if (lent >= bytes) break;
+    std::size_t take = std::min(c.bytes, round_up(bytes - lent, granularity_));
+    collect_physical(c.start, take, out);
+    carve_hole(c.block, c.start, take);
+    mapped_bytes_ -= take;
+    lent += take;
+  }
+  return lent;
+}
+
+void Arena::collect_physical(DevicePtr start, std::size_t bytes, std::vector<Piece>& out) const {
+  auto it = mappings_.upper_bound(start);
+  --it;  // the mapping that holds `start`: usable memory is always mapped
+  for (DevicePtr at = start, end = start + bytes; at < end; ++it) {
+    const auto& [va, m] = *it;
+    std::size_t len = std::min(end, va + m.bytes) - at;
+    out.push_back(Piece{m.piece.chunk, m.piece.offset + (at - va), len});
+    at += len;
+  }
+}
+
+std::size_t Arena::unmap_unused() {
+  // Mappings under which no block is in use: nothing can read them once this stream is idle.
+  std::vector<DevicePtr> unused;
+  for (const auto& rp : regions_) {
+    if (rp->plain) continue;
+    Block* b = rp->first;
+    for (auto it = mappings_.lower_bound(rp->base); it != mappings_.end() && it->first < rp->base + rp->top; ++it) {
+      DevicePtr start = it->first, end = start + it->second.bytes;
+      while (b && b->end() <= start) b = b->next;
+      bool busy = false;
+      for (Block* x = b; x && x->addr < end && !busy; x = x->next)
+        busy = x->state != BlockState::free && x->state != BlockState::hole;
+      if (!busy) unused.push_back(start);
+    }
+  }
+  if (unused.empty()) return 0;
+  backend_.synchronize_stream(stream_);
+  std::size_t released = 0;
+  for (DevicePtr va : unused) {
+    auto it = mappings_.find(va);
+    const Mapping m = it->second;
+    Region* r = region_of(va);
+    // Free (not lent) parts go back to the physical pool and become holes; lent parts (holes already)
+    // belong to the place they were stitched into.
+    std::vector<std::pair<DevicePtr, std::size_t>> free_parts;
+    for (Block* b = r->first; b && b->addr < va + m.bytes; b = b->next) {
+      if (b->state != BlockState::free || b->end() <= va) continue;
+      DevicePtr start = std::max(b->addr, va), end = std::min(b->end(), va + m.bytes);
+      free_parts.emplace_back(start, end - start);
+    }
+    for (auto [start, bytes] : free_parts) {
+      physical_.give_piece(Piece{m.piece.chunk, m.piece.offset + (start - va), bytes});
+      carve_hole(block_containing(*r, start), start, bytes);
+      mapped_bytes_ -= bytes;
+      released += bytes;
+    }
+    physical_.unmap(va, m.piece);
+    mappings_.erase(it);
+  }
+  return released;
+}
+
+Block* Arena::block_containing(const Region& r, DevicePtr p) const noexcept {
+  for (Block* b = r.first; b; b = b->next)
+    if (p >= b->addr && p < b->end()) return b;
+  return nullptr;
+}
+
+Region* Arena::region_of(DevicePtr p) const noexcept {
+  for (const auto& r : regions_)
+    if (p >= r->base && p < r->base + r->size) return r.get();
+  return nullptr;
+}
+
+Block* Arena::carve_hole(Block* b, DevicePtr hole_addr, std::size_t bytes) {
+  free_.remove(b);
+  DevicePtr end = b->end();
+  Block* right = nullptr;
+  if (hole_addr + bytes < end) {
+    right = recycler_.make();
+    right->addr = hole_addr + bytes;
+    right->size = end - right->addr;
+    right->region = b->region;
+    right->state = BlockState::free;
+    insert_after(b, right);
+    free_.insert(right);
+  }
+  Block* hole = b;
+  if (hole_addr > b->addr) {
+    b->size = hole_addr - b->addr;
+    free_.insert(b);
+    hole = recycler_.make();
+    hole->region = b->region;
+    insert_after(b, hole);
+  }
+  hole->addr = hole_addr;
+  hole->size = bytes;
+  hole->state = BlockState::hole;
+  if (hole->prev && hole->prev->state == BlockState::hole) {
+    Block* p = hole->prev;
+    p->size += hole->size;
+    unlink(hole);
+    recycler_.recycle(hole);
+    hole = p;
+  }
+  if (hole->next && hole->next->state == BlockState::hole) {
+    Block* n = hole->next;
+    hole->size += n->size;
+    unlink(n);
+    recycler_.recycle(n);
+  }
+  return right;
+}
+
+std::size_t Arena::release_cached() {
+  std::lock_guard lock(physical_.mutex());
+  std::size_t released = unmap_unused();
+  for (auto it = regions_.begin(); it != regions_.end();) {
+    Region& r = **it;
+    if (r.plain && r.first == r.last && r.first->state == BlockState::free) {
+      free_.remove(r.first);
+      recycler_.recycle(r.first);
+      physical_.free_segment(r.base, r.size, small_);
+      released += r.size;
+      it = regions_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return released;
+}
+
+}  // namespace gpumem::engine
