@@ -3,6 +3,8 @@
 
 #include <mutex>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "backends/cuda_driver.hpp"
@@ -49,7 +51,7 @@ class CudaBackend final : public Backend {
     const Driver& d = driver();
     {
       ContextGuardNoThrow guard(context_);
-      for (CUevent e : all_events_) d.cuEventDestroy(e);
+      for (auto& [e, in_use] : all_events_) d.cuEventDestroy(e);
     }
     d.cuDevicePrimaryCtxRelease(device_);
   }
@@ -65,28 +67,49 @@ class CudaBackend final : public Backend {
     ContextGuard guard(context_);  // VMM calls need no context on current drivers; older ones did
     CUdeviceptr ptr = 0;
     check(driver().cuMemAddressReserve(&ptr, bytes, granularity_, 0, 0), "cuMemAddressReserve");
+    ranges_.emplace(DevicePtr(ptr), bytes);
     ++counts_.reserves;
     return DevicePtr(ptr);
   }
 
   void release_range(DevicePtr base, std::size_t bytes) noexcept override {
+    auto it = ranges_.find(base);
+    if (it == ranges_.end() || it->second != bytes) return;  // unknown: the driver would reject or crash on it
     ContextGuardNoThrow guard(context_);
     if (driver().cuMemAddressFree(CUdeviceptr(base), bytes) == CUDA_SUCCESS) ++counts_.range_releases;
+    ranges_.erase(it);
   }
 
+  // Current drivers refuse cuMemMap at a nonzero offset (CUDA_ERROR_NOT_SUPPORTED), so a chunk is one
+  // physical allocation per granule: mapping part of a chunk maps those granules' allocations.
   ChunkHandle create_chunk(std::size_t bytes) override {
     require_vmm("create_chunk");
     require_aligned(bytes, "chunk size");
     ContextGuard guard(context_);
-    CUmemGenericAllocationHandle handle = 0;
-    check(driver().cuMemCreate(&handle, bytes, &prop_, 0), "cuMemCreate");
+    std::vector<CUmemGenericAllocationHandle> pages;
+    pages.reserve(bytes / granularity_);
+    for (std::size_t done = 0; done < bytes; done += granularity_) {
+      CUmemGenericAllocationHandle handle = 0;
+      CUresult r = driver().cuMemCreate(&handle, granularity_, &prop_, 0);
+      if (r != CUDA_SUCCESS) {
+        for (auto h : pages) driver().cuMemRelease(h);  // leave no partial state
+        check(r, "cuMemCreate");
+      }
+      pages.push_back(handle);
+    }
+    ChunkHandle id = next_chunk_++;
+    chunks_.emplace(id, std::move(pages));
     ++counts_.creates;
-    return ChunkHandle(handle);
+    return id;
   }
 
   void release_chunk(ChunkHandle chunk) noexcept override {
+    auto it = chunks_.find(chunk);
+    if (it == chunks_.end()) return;
     ContextGuardNoThrow guard(context_);
-    if (driver().cuMemRelease(CUmemGenericAllocationHandle(chunk)) == CUDA_SUCCESS) ++counts_.chunk_releases;
+    for (auto h : it->second) driver().cuMemRelease(h);  // the memory goes once its mappings are gone too
+    chunks_.erase(it);
+    ++counts_.chunk_releases;
   }
 
   void map(DevicePtr va, std::size_t bytes, ChunkHandle chunk, std::size_t offset) override {
@@ -94,31 +117,51 @@ class CudaBackend final : public Backend {
     require_aligned(va, "mapping address");
     require_aligned(bytes, "mapping size");
     if (offset % granularity_) require_aligned(offset, "mapping offset");  // 0 is a valid offset
+    auto it = chunks_.find(chunk);
+    if (it == chunks_.end()) throw BackendError("cuda backend: map of an unknown chunk");
+    const std::size_t first = offset / granularity_, n = bytes / granularity_;
+    if (first + n > it->second.size()) throw BackendError("cuda backend: map range lies outside its chunk");
+    if (mappings_.count(va)) throw BackendError("cuda backend: address already mapped");
     ContextGuard guard(context_);
     const Driver& d = driver();
-    check(d.cuMemMap(CUdeviceptr(va), bytes, offset, CUmemGenericAllocationHandle(chunk), 0), "cuMemMap");
-    CUresult r = d.cuMemSetAccess(CUdeviceptr(va), bytes, &access_, 1);
-    if (r != CUDA_SUCCESS) {
-      d.cuMemUnmap(CUdeviceptr(va), bytes);  // leave no partial state
-      check(r, "cuMemSetAccess");
+    std::size_t mapped = 0;
+    CUresult r = CUDA_SUCCESS;
+    while (mapped < n) {
+      r = d.cuMemMap(CUdeviceptr(va + mapped * granularity_), granularity_, 0, it->second[first + mapped], 0);
+      if (r != CUDA_SUCCESS) break;
+      ++mapped;
     }
+    const char* failed = "cuMemMap";
+    if (r == CUDA_SUCCESS) r = d.cuMemSetAccess(CUdeviceptr(va), bytes, &access_, 1), failed = "cuMemSetAccess";
+    if (r != CUDA_SUCCESS) {
+      for (std::size_t i = 0; i < mapped; ++i) d.cuMemUnmap(CUdeviceptr(va + i * granularity_), granularity_);
+      check(r, failed);  // leaves no partial state
+    }
+    mappings_.emplace(va, bytes);
     ++counts_.maps;
   }
 
   void unmap(DevicePtr va, std::size_t bytes) noexcept override {
+    auto it = mappings_.find(va);
+    if (it == mappings_.end() || it->second != bytes) return;
     ContextGuardNoThrow guard(context_);
-    if (driver().cuMemUnmap(CUdeviceptr(va), bytes) == CUDA_SUCCESS) ++counts_.unmaps;
+    for (std::size_t off = 0; off < bytes; off += granularity_)
+      driver().cuMemUnmap(CUdeviceptr(va + off), granularity_);
+    mappings_.erase(it);
+    ++counts_.unmaps;
   }
 
   DevicePtr allocate(std::size_t bytes) override {
     ContextGuard guard(context_);
     CUdeviceptr ptr = 0;
     check(driver().cuMemAlloc(&ptr, bytes ? bytes : 1), "cuMemAlloc");
+    plain_.insert(DevicePtr(ptr));
     ++counts_.plain_allocs;
     return DevicePtr(ptr);
   }
 
   void free(DevicePtr ptr) noexcept override {
+    if (!plain_.erase(ptr)) return;
     ContextGuardNoThrow guard(context_);
     if (driver().cuMemFree(CUdeviceptr(ptr)) == CUDA_SUCCESS) ++counts_.plain_frees;
   }
@@ -152,7 +195,10 @@ class CudaBackend final : public Backend {
 
   void release_event(EventHandle event) noexcept override {
     std::lock_guard<std::mutex> lock(events_mutex_);
-    free_events_.push_back(reinterpret_cast<CUevent>(std::uintptr_t(event)));
+    auto it = all_events_.find(reinterpret_cast<CUevent>(std::uintptr_t(event)));
+    if (it == all_events_.end() || !it->second) return;  // unknown or already released
+    it->second = false;
+    free_events_.push_back(it->first);
   }
 
   void synchronize() override {
@@ -193,13 +239,14 @@ class CudaBackend final : public Backend {
       if (!free_events_.empty()) {
         CUevent e = free_events_.back();
         free_events_.pop_back();
+        all_events_[e] = true;
         return e;
       }
     }
     CUevent e = nullptr;
     check(driver().cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
     std::lock_guard<std::mutex> lock(events_mutex_);
-    all_events_.push_back(e);
+    all_events_.emplace(e, true);
     return e;
   }
 
@@ -220,9 +267,14 @@ class CudaBackend final : public Backend {
   std::size_t granularity_ = 0;
   CUmemAllocationProp prop_{};
   CUmemAccessDesc access_{};
+  // What this backend handed out, so releases of unknown handles are no-ops rather than driver crashes.
+  std::unordered_map<DevicePtr, std::size_t> ranges_, mappings_;  // base -> bytes
+  std::unordered_map<ChunkHandle, std::vector<CUmemGenericAllocationHandle>> chunks_;
+  ChunkHandle next_chunk_ = 1;
+  std::unordered_set<DevicePtr> plain_;
   std::mutex events_mutex_;
   std::vector<CUevent> free_events_;
-  std::vector<CUevent> all_events_;
+  std::unordered_map<CUevent, bool> all_events_;  // every event made -> in use
 };
 
 CudaBackend& as_cuda(Backend& backend) {
