@@ -126,7 +126,7 @@ wait $p1; rc1=$?; wait $p2; rc2=$?
 cat "$RES/proc1.json" "$RES/proc2.json"
 if ((rc1 == 0 && rc2 == 0)); then row "6 two processes, 8 GiB limit each" "PASS ($((SECONDS - t0)) s)"; else row "6 two processes, 8 GiB limit each" "FAIL (exits $rc1 $rc2)"; FAILS=$((FAILS + 1)); fi
 
-if [[ -f scripts/gpu-check-monitor.sh ]]; then
+if [[ -f scripts/gpu-check-monitor.sh && "${GPU_CHECK_MONITOR:-1}" != 0 ]]; then
   mkdir -p "$RES/monitor"
   # Its own binary (.device/mon/gpumem) when carried; short loops keep the whole call inside the device limit.
   step "7 monitor (scripts/gpu-check-monitor.sh)" 200 env OUT="$RES/monitor" N="${MON_N:-10}" LOOP_S="${MON_LOOP_S:-10}" \
