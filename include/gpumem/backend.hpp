@@ -40,6 +40,7 @@ struct BackendCallCounts {
   std::uint64_t creates = 0, maps = 0, unmaps = 0, chunk_releases = 0;
   std::uint64_t plain_allocs = 0, plain_frees = 0;
   std::uint64_t syncs = 0;
+  std::uint64_t map_bytes = 0;  // bytes put behind addresses by map(), in all
   // Calls that acquire or give back physical memory or change mappings: what "device calls" reports.
   std::uint64_t device_calls() const {
     return creates + maps + unmaps + chunk_releases + plain_allocs + plain_frees;

@@ -46,6 +46,13 @@ int gpumem_set_current_device(int device);
  * gpumem_memory_summary. */
 int gpumem_backend_name(int device, char* buf, size_t len);
 
+/* Allocation trace (gpumem-trace format, ".gz" compresses) of every gpumem_malloc / gpumem_free and
+ * gpumem_allocate / gpumem_deallocate from now on, for `gpumem replay`. GPUMEM_TRACE=FILE in the
+ * environment starts one at the first allocation. gpumem_trace_stop returns the number of events written
+ * (or a negative error code); the file is also finished at normal process exit. */
+int gpumem_trace_start(const char* path);
+long gpumem_trace_stop(void);
+
 /* torch.cuda-style queries; device -1 means current. */
 size_t gpumem_memory_allocated(int device);
 size_t gpumem_memory_reserved(int device);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/registry_internal.hpp"
+#include "api/trace_recorder.hpp"
 #include "gpumem/memory.hpp"
 
 namespace {
@@ -99,7 +100,10 @@ void* gpumem_malloc(ssize_t size, int device, void* stream) {
     throw std::invalid_argument(tls_last_error);
   }
   try {
-    return default_allocator(device).allocate(std::size_t(size), stream_id(stream));
+    api::trace_start_from_env();
+    void* p = default_allocator(device).allocate(std::size_t(size), stream_id(stream));
+    api::trace_alloc(DevicePtr(p), std::size_t(size), stream_id(stream));
+    return p;
   } catch (const std::exception& e) {
     tls_last_error = e.what();
     throw;
@@ -114,6 +118,7 @@ void gpumem_free(void* ptr, size_t /*size*/, int device, void* stream) {
     tls_last_error = "gpumem: free of a pointer no gpumem allocator handed out";
     return;
   }
+  api::trace_free(DevicePtr(ptr), stream_id(stream));
   a->deallocate(ptr, stream_id(stream));
 }
 
@@ -138,7 +143,11 @@ int gpumem_allocate(size_t size, int device, void* stream, void** out) {
     return GPUMEM_E_INVALID;
   }
   *out = nullptr;
-  return guarded([&] { *out = default_allocator(device).allocate(size, stream_id(stream)); });
+  return guarded([&] {
+    api::trace_start_from_env();
+    *out = default_allocator(device).allocate(size, stream_id(stream));
+    api::trace_alloc(DevicePtr(*out), size, stream_id(stream));
+  });
 }
 
 int gpumem_deallocate(void* ptr, int device, void* stream) {
@@ -148,7 +157,9 @@ int gpumem_deallocate(void* ptr, int device, void* stream) {
     tls_last_error = "gpumem_deallocate: device " + std::to_string(device) + " has no allocator";
     return GPUMEM_E_INVALID;
   }
-  switch (a->try_deallocate(ptr, stream_id(stream))) {
+  FreeResult result = a->try_deallocate(ptr, stream_id(stream));
+  if (result == FreeResult::ok) api::trace_free(DevicePtr(ptr), stream_id(stream));
+  switch (result) {
     case FreeResult::ok:
     case FreeResult::null_pointer:
       return GPUMEM_OK;
@@ -160,6 +171,19 @@ int gpumem_deallocate(void* ptr, int device, void* stream) {
       return GPUMEM_E_INVALID;
   }
   return GPUMEM_E_INTERNAL;
+}
+
+int gpumem_trace_start(const char* path) {
+  return guarded([&] {
+    if (!path || !*path) throw std::invalid_argument("gpumem: gpumem_trace_start needs a file path");
+    api::trace_start(path);
+  });
+}
+
+long gpumem_trace_stop(void) {
+  long events = 0;
+  int rc = guarded([&] { events = long(api::trace_stop()); });
+  return rc == GPUMEM_OK ? events : rc;
 }
 
 int gpumem_set_limit(size_t bytes, int device) {

@@ -53,6 +53,7 @@ void SimBackend::map(DevicePtr va, std::size_t bytes, ChunkHandle chunk, std::si
     throw BackendError("sim backend: map range is unaligned or outside its chunk");
   if (mappings_.count(va)) throw BackendError("sim backend: address already mapped");
   ++counts_.maps;
+  counts_.map_bytes += bytes;
   mappings_.emplace(va, bytes);
   mapping_chunk_.emplace(va, chunk);
   ++chunk_map_count_[chunk];

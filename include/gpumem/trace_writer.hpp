@@ -1,0 +1,30 @@
+// Writes gpumem-trace version 1 (see trace.hpp): a header line, then one JSON event per line, gzip
+// compressed when the path ends in ".gz". What read_trace() reads back, event for event.
+#pragma once
+#include <string>
+
+#include "gpumem/trace.hpp"
+
+namespace gpumem::trace {
+
+class TraceWriter {
+ public:
+  // Throws TraceError with one sentence when the file cannot be created.
+  TraceWriter(const std::string& path, const std::string& source, const std::string& device);
+  ~TraceWriter();
+  TraceWriter(const TraceWriter&) = delete;
+  TraceWriter& operator=(const TraceWriter&) = delete;
+
+  void write(const Event& event);
+  // Flushes and closes; throws TraceError if the data could not be written. Idempotent.
+  void close();
+  std::size_t events_written() const noexcept { return events_; }
+
+ private:
+  void put(const std::string& text);
+  std::string path_;
+  void* file_ = nullptr;  // gzFile
+  std::size_t events_ = 0;
+};
+
+}  // namespace gpumem::trace

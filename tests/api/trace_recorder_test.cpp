@@ -1,0 +1,66 @@
+// Recording an allocation trace through the C ABI (gpumem_trace_start / _stop) and reading it back with
+// the trace reader: what `GPUMEM_TRACE=FILE gpumem run ...` produces for `gpumem replay`.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "gpumem/gpumem.h"
+#include "gpumem/host_backend.hpp"
+#include "gpumem/memory.hpp"
+#include "gpumem/trace.hpp"
+
+namespace {
+
+std::string temp_path(const char* suffix) {
+  return std::string("/tmp/gpumem-trace-test-") + std::to_string(getpid()) + suffix;
+}
+
+class TraceRecorder : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    gpumem::set_backend_factory([](int) {
+      gpumem::HostBackendOptions o;
+      o.capacity = std::size_t(64) << 20;
+      return std::make_shared<gpumem::HostBackend>(o);
+    });
+  }
+};
+
+TEST_F(TraceRecorder, RecordsAllocationsAndFreesInOrder) {
+  const std::string path = temp_path(".jsonl.gz");
+  ASSERT_EQ(gpumem_trace_start(path.c_str()), GPUMEM_OK) << gpumem_last_error();
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  ASSERT_EQ(gpumem_allocate(1000, 0, reinterpret_cast<void*>(7), &a), GPUMEM_OK);
+  ASSERT_EQ(gpumem_allocate(3 << 20, 0, nullptr, &b), GPUMEM_OK);
+  ASSERT_EQ(gpumem_deallocate(a, 0, reinterpret_cast<void*>(7)), GPUMEM_OK);
+  ASSERT_EQ(gpumem_allocate(512, 0, nullptr, &c), GPUMEM_OK);
+  ASSERT_EQ(gpumem_deallocate(b, 0, nullptr), GPUMEM_OK);
+  EXPECT_EQ(gpumem_trace_stop(), 5);
+  ASSERT_EQ(gpumem_deallocate(c, 0, nullptr), GPUMEM_OK);  // after the stop: not recorded
+
+  gpumem::trace::Trace t = gpumem::trace::read_trace(path);
+  ASSERT_EQ(t.events.size(), 5u);
+  using gpumem::trace::Op;
+  const Op ops[] = {Op::alloc, Op::alloc, Op::free, Op::alloc, Op::free};
+  const std::uint64_t sizes[] = {1000, 3 << 20, 1000, 512, 3 << 20};
+  for (std::size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(t.events[i].op, ops[i]) << i;
+    EXPECT_EQ(t.events[i].size, sizes[i]) << i;
+  }
+  EXPECT_EQ(t.events[0].stream, 7u);
+  EXPECT_EQ(t.events[0].addr, reinterpret_cast<std::uintptr_t>(a));
+  EXPECT_EQ(t.summary.peak_requested, std::uint64_t(1000 + (3 << 20)));
+  std::remove(path.c_str());
+}
+
+TEST_F(TraceRecorder, AFileThatCannotBeCreatedIsAClearError) {
+  EXPECT_EQ(gpumem_trace_start("/nonexistent-dir/trace.jsonl"), GPUMEM_E_INVALID);
+  EXPECT_NE(std::string(gpumem_last_error()).find("cannot create the trace file"), std::string::npos)
+      << gpumem_last_error();
+  EXPECT_EQ(gpumem_trace_stop(), 0);
+}
+
+}  // namespace
