@@ -4,7 +4,8 @@
 //    the engine's page packing and stitching on real memory. Granularity is the driver's recommended one
 //    (2 MiB on current GPUs). Drivers refuse cuMemMap at a nonzero offset into an allocation, so a chunk
 //    is one physical allocation per granule and a mapping maps granule by granule (as PyTorch's
-//    expandable segments do with their pages).
+//    expandable segments do with their pages). GPUMEM_CUDA_PAGE_MIB=N makes pages N MiB (rounded up to
+//    the driver's granularity): fewer driver calls per byte, coarser stitching.
 //  - "cuda-plain": cuMemAlloc / cuMemFree only, for drivers or setups without VMM.
 // Both work in the device's primary context (the one the CUDA runtime and PyTorch use) and make it current
 // only for the calls that need one, restoring the caller's context after. Events come from a pool
