@@ -88,12 +88,27 @@ step "4 python shim + gpumem run (real torch)" 300 env GPUMEM_BUILD_DIR="$PWD/$B
 # 5 training: native, gpumem, gpumem with --limit 1.02x the peak live bytes gpumem saw.
 for w in lm resnet; do
   step "5 $w native" 300 python3 bench/gpu/train.py $w --out "$RES/${w}_native.json"
-  step "5 $w gpumem" 300 "$BIN/gpumem" run --report "$RES/${w}_gpumem_report.json" -- python3 bench/gpu/train.py $w --out "$RES/${w}_gpumem.json"
+  # The gpumem run also records its allocation trace, so `gpumem replay` can study it anywhere.
+  step "5 $w gpumem" 300 env GPUMEM_TRACE="$RES/${w}_gpumem_trace.jsonl.gz" "$BIN/gpumem" run --report "$RES/${w}_gpumem_report.json" -- python3 bench/gpu/train.py $w --out "$RES/${w}_gpumem.json"
   if [[ -f $RES/${w}_gpumem.json ]]; then
     limit=$(python3 -c "import json; print(int(json.load(open('$RES/${w}_gpumem.json'))['peak_live'] * 1.02))")
     echo "limit for $w: $limit bytes"
     step "5 $w gpumem --limit 1.02x peak live" 300 "$BIN/gpumem" run --limit "$limit" -- python3 bench/gpu/train.py $w --out "$RES/${w}_limit.json"
   fi
+done
+# Larger physical pages (fewer driver calls per byte), when GPU_CHECK_PAGE_MIB names sizes.
+for page in ${GPU_CHECK_PAGE_MIB:-}; do
+  step "5 lm gpumem, ${page} MiB pages" 300 env GPUMEM_CUDA_PAGE_MIB=$page "$BIN/gpumem" run -q -- python3 bench/gpu/train.py lm --out "$RES/lm_page${page}.json"
+  python3 - "$RES" "$page" <<'EOF' || true
+import json, os, sys
+d, page = sys.argv[1], sys.argv[2]
+n, g = (json.load(open(os.path.join(d, f))) for f in ("lm_native.json", f"lm_page{page}.json"))
+t = sum(g["step_ms"][2:]) / sum(n["step_ms"][2:])
+print(f"lm with {page} MiB pages: time ratio {t:.4f}, reserved/live {g['peak_reserved'] / g['peak_live']:.4f}")
+EOF
+done
+for w in lm resnet; do
+  [[ -f $RES/${w}_gpumem_trace.jsonl.gz ]] && "$BIN/gpumem" replay "$RES/${w}_gpumem_trace.jsonl.gz" | tee "$RES/${w}_replay.txt"
 done
 python3 bench/gpu/compare.py "$RES" "$RES/host_cost.json" > "$RES/table.md"
 python3 - "$RES" <<'EOF' || { row "5 targets (loss 1e-3, time 1%, 1.01x)" "MISSED (see table)"; FAILS=$((FAILS + 1)); }
@@ -130,6 +145,18 @@ if [[ -f scripts/gpu-check-monitor.sh && "${GPU_CHECK_MONITOR:-1}" != 0 ]]; then
   mkdir -p "$RES/monitor"
   # Its own binary (.device/mon/gpumem) when carried; short loops keep the whole call inside the device limit.
   step "7 monitor (scripts/gpu-check-monitor.sh)" 200 env OUT="$RES/monitor" N="${MON_N:-10}" LOOP_S="${MON_LOOP_S:-10}" \
-    bash scripts/gpu-check-monitor.sh
+    bash scripts/gpu-check-monitor.sh "$BIN/gpumem"
 fi
+# 8 what a person sees: the monitor commands on this machine, with a PyTorch process holding memory.
+echo; echo "== 8 sample output"
+python3 -c 'import torch, time; x = torch.empty(3 << 30, dtype=torch.uint8, device="cuda"); time.sleep(30)' &
+holder=$!
+sleep 8
+{
+  for cmd in "info" "query --query-gpu=index,name,memory.total,memory.reserved,memory.used,memory.free,utilization.gpu,power.draw --format=csv" \
+             "ps" "dmon -c 3"; do
+    echo "\$ gpumem $cmd"; timeout 20 "$BIN/gpumem" $cmd; echo "(exit $?)"; echo
+  done
+} 2>&1 | tee "$RES/samples.txt"
+kill $holder 2>/dev/null; wait $holder 2>/dev/null
 exit $((FAILS > 0))
