@@ -1,11 +1,10 @@
 // CUDA backends: real GPU memory through the CUDA driver API, loaded at run time (no link-time CUDA).
 //
 //  - "cuda": virtual memory management (cuMemAddressReserve / cuMemCreate / cuMemMap / cuMemSetAccess):
-//    the engine's page packing and stitching on real memory. Granularity is the driver's recommended one
-//    (2 MiB on current GPUs). Drivers refuse cuMemMap at a nonzero offset into an allocation, so a chunk
+//    the engine's page packing and stitching on real memory. Drivers refuse cuMemMap at a nonzero offset into an allocation, so a chunk
 //    is one physical allocation per granule and a mapping maps granule by granule (as PyTorch's
-//    expandable segments do with their pages). GPUMEM_CUDA_PAGE_MIB=N makes pages N MiB (rounded up to
-//    the driver's granularity): fewer driver calls per byte, coarser stitching.
+//    expandable segments do with their pages). Pages are 16 MiB by default (GPUMEM_CUDA_PAGE_MIB=N sets
+//    N MiB, rounded up to the driver's granularity): fewer driver calls per byte, coarser stitching.
 //  - "cuda-plain": cuMemAlloc / cuMemFree only, for drivers or setups without VMM.
 // Both work in the device's primary context (the one the CUDA runtime and PyTorch use) and make it current
 // only for the calls that need one, restoring the caller's context after. Events come from a pool

@@ -19,8 +19,12 @@ namespace gpumem::trace {
 
 inline constexpr std::uint64_t kDefaultReplayCapacity = std::uint64_t(1) << 40;  // 1 TiB: effectively unbounded
 
+// The sim device's page (map granularity): that of the CUDA backend by default, so replays predict it.
+inline constexpr std::uint64_t kDefaultReplayPage = std::uint64_t(16) << 20;
+
 struct ReplayOptions {
   std::uint64_t capacity = kDefaultReplayCapacity;  // the sim device's physical memory
+  std::uint64_t page = kDefaultReplayPage;          // a power of two
   bool stop_at_first_oom = false;
 };
 
@@ -35,6 +39,7 @@ struct ReplayResult {
   std::size_t events = 0;          // events in the trace
   std::size_t operations = 0;      // allocate + deallocate calls made
   std::uint64_t capacity = 0;
+  std::uint64_t page = 0;
   std::uint64_t peak_requested = 0;  // from the trace: the physical limit
   std::uint64_t peak_allocated = 0;  // allocator's allocated_bytes peak (requests rounded up)
   std::uint64_t peak_reserved = 0;   // allocator's reserved_bytes peak
@@ -68,6 +73,7 @@ struct MinCapacityResult {
 };
 inline constexpr std::uint64_t kCapacityStep = std::uint64_t(2) << 20;
 using ProbeObserver = std::function<void(const CapacityProbe&)>;
-MinCapacityResult find_min_capacity(const Trace& trace, const ProbeObserver& observer = {});
+MinCapacityResult find_min_capacity(const Trace& trace, const ProbeObserver& observer = {},
+                                    std::uint64_t page = kDefaultReplayPage);
 
 }  // namespace gpumem::trace

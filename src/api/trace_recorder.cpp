@@ -106,7 +106,8 @@ void trace_start_from_env() {
 }
 
 void trace_alloc(DevicePtr ptr, std::size_t size, StreamId stream) noexcept {
-  if (recording.load(std::memory_order_relaxed)) record(trace::Op::alloc, ptr, size, stream);
+  // A zero-byte request gets no memory (nullptr): nothing to replay.
+  if (ptr && recording.load(std::memory_order_relaxed)) record(trace::Op::alloc, ptr, size, stream);
 }
 
 void trace_free(DevicePtr ptr, StreamId stream) noexcept {

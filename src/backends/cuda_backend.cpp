@@ -15,6 +15,8 @@ namespace {
 
 using namespace gpumem::cuda;
 
+constexpr std::size_t kDefaultPage = std::size_t(16) << 20;
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int ordinal, CudaMemoryMode mode) : ordinal_(ordinal), mode_(mode) {
@@ -46,14 +48,16 @@ class CudaBackend final : public Backend {
         check(r, "cuMemGetAllocationGranularity");
       }
       // Each page is one cuMemCreate and one cuMemMap: bigger pages, fewer driver calls, coarser stitching.
+      // 16 MiB measured best on an H200 (transformer LM: 2 MiB pages cost +13% step time, 16 MiB -1.4%).
+      std::size_t page = kDefaultPage;
       if (const char* mib = std::getenv("GPUMEM_CUDA_PAGE_MIB"); mib && *mib) {
-        std::size_t page = std::size_t(std::strtoull(mib, nullptr, 10)) << 20;
+        page = std::size_t(std::strtoull(mib, nullptr, 10)) << 20;
         if (page == 0) {
           d.cuDevicePrimaryCtxRelease(device_);
           throw BackendError(std::string("GPUMEM_CUDA_PAGE_MIB='") + mib + "' is not a positive number of MiB");
         }
-        granularity_ = (page + granularity_ - 1) / granularity_ * granularity_;
       }
+      granularity_ = (page + granularity_ - 1) / granularity_ * granularity_;
     }
   }
 

@@ -62,6 +62,7 @@ nlohmann::json to_json(const Trace& t, const ReplayResult& r, double parse_secon
       {"peak_allocated", r.peak_allocated},
       {"ooms", r.ooms},
       {"capacity", r.capacity},
+      {"page", r.page},
       {"seconds", r.seconds},
       {"ns_per_event", r.ns_per_event()},
       {"parse_seconds", parse_seconds},
@@ -86,8 +87,9 @@ void print_table(const Trace& t, const ReplayResult& r, double parse_seconds) {
   std::printf("  %s events: %s alloc, %s free, %s free_completed, %s segment_*; blocks reusable at %s\n",
               grouped(r.events).c_str(), grouped(s.allocs).c_str(), grouped(s.frees).c_str(), grouped(s.free_completeds).c_str(),
               grouped(s.segment_events).c_str(), s.has_free_completed ? "free_completed" : "free");
-  std::printf("  sim device: %s%s\n\n", format_bytes(r.capacity).c_str(),
-              r.capacity == trace::kDefaultReplayCapacity ? " (default: effectively unbounded)" : "");
+  std::printf("  sim device: %s%s, %s pages\n\n", format_bytes(r.capacity).c_str(),
+              r.capacity == trace::kDefaultReplayCapacity ? " (default: effectively unbounded)" : "",
+              format_bytes(r.page).c_str());
   const bool pt = s.segment_events > 0;
   auto row = [&](const std::string& what, const std::string& ours, const std::string& theirs) {
     std::string line = fmt::format("  {:<22} {:<46} {}", what, ours, pt ? theirs : "");
@@ -113,6 +115,7 @@ void print_table(const Trace& t, const ReplayResult& r, double parse_seconds) {
 struct ReplayArgs {
   std::string path;
   std::string capacity;
+  std::string page;
   bool json = false;
   bool min_capacity = false;
 };
@@ -128,6 +131,19 @@ int run_replay(const ReplayArgs& args) {
     }
     if (capacity < trace::kCapacityStep) {
       std::fprintf(stderr, "gpumem replay: --capacity must be at least 2 MiB (the sim device's page size)\n");
+      return kExitUsage;
+    }
+  }
+  std::uint64_t page = trace::kDefaultReplayPage;
+  if (!args.page.empty()) {
+    try {
+      page = parse_size(args.page);
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "gpumem replay: --page: %s\n", e.what());
+      return kExitUsage;
+    }
+    if (page < 4096 || (page & (page - 1)) != 0) {
+      std::fprintf(stderr, "gpumem replay: --page must be a power of two of at least 4 KiB, e.g. 2MiB or 16MiB\n");
       return kExitUsage;
     }
   }
@@ -147,7 +163,7 @@ int run_replay(const ReplayArgs& args) {
       std::fprintf(stderr, "probe %zu/~%zu: capacity %s: %s\n", p.number, p.estimated_total, bytes(p.capacity).c_str(),
                    p.ok ? "ok" : fmt::format("OOM at event {}", grouped(p.oom ? p.oom->event_index : 0)).c_str());
     };
-    const trace::MinCapacityResult m = trace::find_min_capacity(t, observer);
+    const trace::MinCapacityResult m = trace::find_min_capacity(t, observer, page);
     if (args.json) {
       nlohmann::json j = to_json(t, m.unconstrained, parse_seconds);
       j["min_capacity"] = m.capacity;
@@ -165,6 +181,7 @@ int run_replay(const ReplayArgs& args) {
 
   trace::ReplayOptions options;
   options.capacity = capacity;
+  options.page = page;
   const ReplayResult r = trace::replay(t, options);
   if (args.json) {
     std::printf("%s\n", to_json(t, r, parse_seconds).dump(2).c_str());
@@ -187,6 +204,9 @@ CommandRunner setup_replay(CLI::App& sub) {
                              "Physical memory of the simulated device, e.g. 16GiB, 1.5GB, 512MiB or bytes "
                              "(default 1TiB: effectively unbounded). An allocation that fails even after the "
                              "allocator released its cache is reported and the exit status is 3.");
+  sub.add_option("--page", args->page,
+                 "Page of the simulated device: what one map call covers and the unit of stitching "
+                 "(default 16MiB, the CUDA backend's page)");
   sub.add_flag("--json", args->json, "Print one JSON object (keys: events, peak_requested, peak_reserved, ratio, "
                                      "device_calls, ooms, seconds, ...)");
   sub.add_flag("--min-capacity", args->min_capacity,

@@ -46,11 +46,13 @@ ReplayResult replay(const Trace& trace, const ReplayOptions& options) {
   ReplayResult r;  // before the allocator: its error handler writes here until the allocator is gone
   SimBackendOptions sim;
   sim.capacity = options.capacity;
+  sim.granularity = options.page;
   auto backend = std::make_shared<SimBackend>(sim);
   Allocator allocator(backend);
   allocator.set_error_handler([&r](const std::string&) { ++r.invalid_frees; });
   r.events = trace.events.size();
   r.capacity = options.capacity;
+  r.page = options.page;
   r.peak_requested = trace.summary.peak_requested;
 
   std::vector<void*> ptrs(trace.summary.allocs, nullptr);
@@ -90,10 +92,12 @@ ReplayResult replay(const Trace& trace, const ReplayOptions& options) {
   return r;
 }
 
-MinCapacityResult find_min_capacity(const Trace& trace, const ProbeObserver& observer) {
+MinCapacityResult find_min_capacity(const Trace& trace, const ProbeObserver& observer, std::uint64_t page) {
   const auto start = std::chrono::steady_clock::now();
   MinCapacityResult out;
-  out.unconstrained = replay(trace);
+  ReplayOptions unconstrained;
+  unconstrained.page = page;
+  out.unconstrained = replay(trace, unconstrained);
   if (out.unconstrained.ooms) {
     throw OutOfMemoryError("the trace does not replay even with " + format_bytes(kDefaultReplayCapacity) + " of device memory");
   }
@@ -107,6 +111,7 @@ MinCapacityResult find_min_capacity(const Trace& trace, const ProbeObserver& obs
   auto probe = [&](std::uint64_t capacity) {
     ReplayOptions options;
     options.capacity = capacity;
+    options.page = page;
     options.stop_at_first_oom = true;
     const ReplayResult r = replay(trace, options);
     CapacityProbe p{++out.probes, std::max(estimate, out.probes), capacity, r.ooms == 0, r.first_oom};

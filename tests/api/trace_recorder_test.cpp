@@ -36,6 +36,9 @@ TEST_F(TraceRecorder, RecordsAllocationsAndFreesInOrder) {
   ASSERT_EQ(gpumem_allocate(1000, 0, reinterpret_cast<void*>(7), &a), GPUMEM_OK);
   ASSERT_EQ(gpumem_allocate(3 << 20, 0, nullptr, &b), GPUMEM_OK);
   ASSERT_EQ(gpumem_deallocate(a, 0, reinterpret_cast<void*>(7)), GPUMEM_OK);
+  void* none = nullptr;
+  ASSERT_EQ(gpumem_allocate(0, 0, nullptr, &none), GPUMEM_OK);  // no memory, not recorded
+  EXPECT_EQ(none, nullptr);
   ASSERT_EQ(gpumem_allocate(512, 0, nullptr, &c), GPUMEM_OK);
   ASSERT_EQ(gpumem_deallocate(b, 0, nullptr), GPUMEM_OK);
   EXPECT_EQ(gpumem_trace_stop(), 5);

@@ -125,13 +125,13 @@ TEST_F(ReplayCli, JsonHasTheStableKeys) {
 TEST_F(ReplayCli, CapacityOomReportsTheEventAndExitsThree) {
   // 8 MiB live, then 6 MiB more on a 12 MiB device: event 2 (line 4) cannot be served.
   const std::string path = write("oom.jsonl", trace_text({{"alloc", 1, 8 * MiB}, {"alloc", 2, 2 * MiB}, {"alloc", 3, 6 * MiB}}));
-  const Outcome r = gpumem({path, "--capacity", "12MiB"});
+  const Outcome r = gpumem({path, "--capacity", "12MiB", "--page", "2MiB"});
   EXPECT_EQ(r.status, 3) << r.err;
   for (const char* needle : {"out of memory at event 2 (line 4)", "requested 6,291,456 (6.00 MiB)", "allocated 10,485,760",
                              "reserved ", "largest free extent ", "device capacity 12,582,912"}) {
     EXPECT_NE(r.err.find(needle), std::string::npos) << needle << " missing in:\n" << r.err;
   }
-  const Outcome j = gpumem({path, "--capacity", "12582912", "--json"});
+  const Outcome j = gpumem({path, "--capacity", "12582912", "--page", "2MiB", "--json"});
   EXPECT_EQ(j.status, 3);
   const auto json = nlohmann::json::parse(j.out);
   EXPECT_EQ(json["ooms"], 1);
@@ -145,12 +145,12 @@ TEST_F(ReplayCli, CapacityOomReportsTheEventAndExitsThree) {
 }
 
 TEST_F(ReplayCli, MinCapacityByHand) {
-  const Outcome r = gpumem({write("small.jsonl", kSmall), "--min-capacity"});
+  const Outcome r = gpumem({write("small.jsonl", kSmall), "--min-capacity", "--page", "2MiB"});
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("min capacity           10,485,760 (10.00 MiB) = 1.0000 x peak live"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("probe 1/"), std::string::npos) << r.err;
 
-  const Outcome j = gpumem({write("odd.jsonl", trace_text({{"alloc", 1, 3 * MiB + 1}})), "--min-capacity", "--json"});
+  const Outcome j = gpumem({write("odd.jsonl", trace_text({{"alloc", 1, 3 * MiB + 1}})), "--min-capacity", "--page", "2MiB", "--json"});
   EXPECT_EQ(j.status, 0) << j.err;
   EXPECT_EQ(j.err, "");  // no progress lines with --json
   const auto json = nlohmann::json::parse(j.out);
@@ -181,6 +181,7 @@ TEST_F(ReplayCli, BadInputExitsTwoWithOneSentence) {
       {{good, "--capacity", "lots"}, "invalid size \"lots\""},
       {{good, "--capacity", "-1GiB"}, "cannot be negative"},
       {{good, "--capacity", "1MiB"}, "at least 2 MiB"},
+      {{good, "--page", "3MiB"}, "power of two"},
       {{good, "--no-such-flag"}, "no-such-flag"},
       {{good, "--capacity", "1GiB", "--min-capacity"}, "excludes"},
   };

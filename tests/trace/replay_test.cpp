@@ -30,6 +30,7 @@ TEST(Replay, ReleasesAtFreeCompletedWhenTheTraceHasThem) {
   EXPECT_EQ(without.summary.peak_requested, 10 * MiB);
 
   ReplayOptions small;
+  small.page = 2 * MiB;  // hand-computed with 2 MiB pages
   small.capacity = 10 * MiB;
   const ReplayResult a = replay(with, small);
   EXPECT_EQ(a.ooms, 1u);
@@ -54,6 +55,7 @@ TEST(Replay, ContinuesAfterAnOomAndCountsThem) {
                                           {"alloc", 3, 8 * MiB}, {"free", 1, 8 * MiB}, {"alloc", 4, 4 * MiB}}),
                               "t");
   ReplayOptions options;
+  options.page = 2 * MiB;
   options.capacity = 12 * MiB;
   const ReplayResult r = replay(t, options);
   EXPECT_EQ(r.ooms, 2u);  // blocks 2 and 3 do not fit beside block 1; block 4 fits after 1 is freed
@@ -72,7 +74,7 @@ TEST(MinCapacity, IsThePhysicalLimitRoundedToPages) {
     ++probes;
     EXPECT_EQ(p.number, probes);
     EXPECT_EQ(p.capacity % kCapacityStep, 0u);
-  });
+  }, 2 * MiB);
   EXPECT_EQ(m.capacity, 10 * MiB);
   EXPECT_DOUBLE_EQ(m.ratio, 1.0);
   EXPECT_EQ(m.probes, probes);
@@ -80,7 +82,7 @@ TEST(MinCapacity, IsThePhysicalLimitRoundedToPages) {
 
   // One block of 3 MiB + 1 byte needs two 2 MiB pages: 4 MiB, ratio 4/3.
   const Trace odd = parse_trace(trace_text({{"alloc", 1, 3 * MiB + 1}}), "odd");
-  const MinCapacityResult o = find_min_capacity(odd);
+  const MinCapacityResult o = find_min_capacity(odd, {}, 2 * MiB);
   EXPECT_EQ(o.capacity, 4 * MiB);
   EXPECT_NEAR(o.ratio, 4.0 / 3.0, 1e-6);
 }
