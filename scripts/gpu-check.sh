@@ -147,6 +147,11 @@ if [[ -f scripts/gpu-check-monitor.sh && "${GPU_CHECK_MONITOR:-1}" != 0 ]]; then
   step "7 monitor (scripts/gpu-check-monitor.sh)" 200 env OUT="$RES/monitor" N="${MON_N:-10}" LOOP_S="${MON_LOOP_S:-10}" \
     bash scripts/gpu-check-monitor.sh "$BIN/gpumem"
 fi
+# 9 several GPUs: one allocator per device, chosen by the index PyTorch passes.
+if (( $(nvidia-smi -L | wc -l) >= 2 )); then
+  step "9 multi-GPU: one allocator per device" 120 "$BIN/gpumem" run -- python3 bench/gpu/multi_gpu.py
+fi
+
 # 8 what a person sees: the monitor commands on this machine, with a PyTorch process holding memory.
 echo; echo "== 8 sample output"
 python3 -c 'import torch, time; x = torch.empty(3 << 30, dtype=torch.uint8, device="cuda"); time.sleep(30)' &
