@@ -40,6 +40,21 @@ class CudaBackend final : public Backend {
     prop_.location = {CU_MEM_LOCATION_TYPE_DEVICE, ordinal};
     access_.location = prop_.location;
     access_.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    // Mapped memory is readable only by the devices named in cuMemSetAccess: name every peer that can
+    // reach this device too, or copies and kernels across GPUs fail (cudaMemcpyPeer: invalid argument).
+    accesses_.push_back(access_);
+    if (mode == CudaMemoryMode::virtual_memory) {
+      for (int other = 0; other < count; ++other) {
+        CUdevice peer = 0;
+        int can = 0;
+        if (other == ordinal || d.cuDeviceGet(&peer, other) != CUDA_SUCCESS) continue;
+        if (d.cuDeviceCanAccessPeer(&can, peer, device_) == CUDA_SUCCESS && can) {
+          CUmemAccessDesc a = access_;
+          a.location = {CU_MEM_LOCATION_TYPE_DEVICE, other};
+          accesses_.push_back(a);
+        }
+      }
+    }
     granularity_ = std::size_t(2) << 20;  // cuMemAlloc's own rounding for large blocks, in plain mode
     if (mode == CudaMemoryMode::virtual_memory) {
       CUresult r = d.cuMemGetAllocationGranularity(&granularity_, &prop_, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
@@ -146,7 +161,7 @@ class CudaBackend final : public Backend {
       ++mapped;
     }
     const char* failed = "cuMemMap";
-    if (r == CUDA_SUCCESS) r = d.cuMemSetAccess(CUdeviceptr(va), bytes, &access_, 1), failed = "cuMemSetAccess";
+    if (r == CUDA_SUCCESS) r = d.cuMemSetAccess(CUdeviceptr(va), bytes, accesses_.data(), accesses_.size()), failed = "cuMemSetAccess";
     if (r != CUDA_SUCCESS) {
       for (std::size_t i = 0; i < mapped; ++i) d.cuMemUnmap(CUdeviceptr(va + i * granularity_), granularity_);
       check(r, failed);  // leaves no partial state
@@ -281,6 +296,7 @@ class CudaBackend final : public Backend {
   std::size_t granularity_ = 0;
   CUmemAllocationProp prop_{};
   CUmemAccessDesc access_{};
+  std::vector<CUmemAccessDesc> accesses_;  // this device and every peer that can access it
   // What this backend handed out, so releases of unknown handles are no-ops rather than driver crashes.
   std::unordered_map<DevicePtr, std::size_t> ranges_, mappings_;  // base -> bytes
   std::unordered_map<ChunkHandle, std::vector<CUmemGenericAllocationHandle>> chunks_;

@@ -42,6 +42,7 @@ Loaded load(const char* path) {
   bind(lib, d.cuDeviceGetCount, "cuDeviceGetCount", e);
   bind(lib, d.cuDeviceGet, "cuDeviceGet", e);
   bind(lib, d.cuDeviceGetAttribute, "cuDeviceGetAttribute", e);
+  bind(lib, d.cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer", e);
   bind(lib, d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", e);
   bind(lib, d.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", e);
   bind(lib, d.cuCtxGetCurrent, "cuCtxGetCurrent", e);

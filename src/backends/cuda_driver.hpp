@@ -68,6 +68,7 @@ struct Driver {
   CUresult (*cuDeviceGetCount)(int* count);
   CUresult (*cuDeviceGet)(CUdevice* device, int ordinal);
   CUresult (*cuDeviceGetAttribute)(int* value, int attribute, CUdevice device);
+  CUresult (*cuDeviceCanAccessPeer)(int* can_access, CUdevice device, CUdevice peer);
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext* ctx, CUdevice device);
   CUresult (*cuDevicePrimaryCtxRelease)(CUdevice device);
   CUresult (*cuCtxGetCurrent)(CUcontext* ctx);
