@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gpumem/backend.hpp"
+#include "gpumem/stream_tickets.hpp"
 
 namespace gpumem {
 
@@ -84,16 +85,7 @@ class HostBackend final : public Backend {
   std::map<DevicePtr, Mapping> mappings_;       // mapped va -> what is mapped there
   std::unordered_map<DevicePtr, std::size_t> plain_;
 
-  // Events may be polled from several threads: their state has its own lock.
-  struct Event {
-    StreamId stream;
-    std::uint64_t ticket;
-    bool live;
-  };
-  mutable std::mutex event_mutex_;
-  std::vector<Event> events_;
-  std::vector<EventHandle> free_events_;
-  std::unordered_map<StreamId, std::uint64_t> recorded_, completed_;
+  StreamTickets events_;  // events may be polled from several threads: they have their own lock
 };
 
 }  // namespace gpumem

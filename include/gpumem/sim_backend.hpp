@@ -4,11 +4,11 @@
 // complete_stream() is called for it (tests use this to hold blocks on "busy" streams).
 #pragma once
 #include <atomic>
-#include <mutex>
 #include <unordered_map>
 #include <vector>
 
 #include "gpumem/backend.hpp"
+#include "gpumem/stream_tickets.hpp"
 
 namespace gpumem {
 
@@ -57,11 +57,7 @@ class SimBackend final : public Backend {
   std::unordered_map<DevicePtr, std::size_t> plain_;             // plain allocations
   std::unordered_map<ChunkHandle, std::size_t> chunk_map_count_; // mappings per chunk
   std::unordered_map<DevicePtr, ChunkHandle> mapping_chunk_;
-  mutable std::mutex event_mutex_;  // events may be recorded and queried from several threads
-  struct Event { StreamId stream; std::uint64_t ticket; bool live; };
-  std::vector<Event> events_;
-  std::vector<EventHandle> free_events_;
-  std::unordered_map<StreamId, std::uint64_t> recorded_, completed_;  // per-stream tickets
+  StreamTickets events_;
 };
 
 }  // namespace gpumem

@@ -31,7 +31,7 @@ int make_inaccessible(DevicePtr va, std::size_t bytes) noexcept {
 
 }  // namespace
 
-HostBackend::HostBackend(HostBackendOptions options) : options_(options) {
+HostBackend::HostBackend(HostBackendOptions options) : options_(options), events_(options.manual_events) {
   const std::size_t page = std::size_t(::sysconf(_SC_PAGESIZE));
   const std::size_t g = options_.granularity;
   if (g == 0 || (g & (g - 1)) != 0 || g % page != 0)
@@ -212,61 +212,12 @@ MemInfo HostBackend::mem_info() {
   return {options_.capacity - used, options_.capacity};
 }
 
-EventHandle HostBackend::record_event(StreamId stream) {
-  std::lock_guard<std::mutex> lock(event_mutex_);
-  EventHandle h;
-  if (!free_events_.empty()) {
-    h = free_events_.back();
-    free_events_.pop_back();
-  } else {
-    h = events_.size();
-    events_.push_back({});
-  }
-  events_[h] = Event{stream, ++recorded_[stream], true};
-  return h;
-}
-
-bool HostBackend::event_done(EventHandle event) {
-  if (!options_.manual_events) return true;
-  std::lock_guard<std::mutex> lock(event_mutex_);
-  if (event >= events_.size() || !events_[event].live) return true;
-  const Event& e = events_[event];
-  auto it = completed_.find(e.stream);
-  return it != completed_.end() && it->second >= e.ticket;
-}
-
-void HostBackend::release_event(EventHandle event) noexcept {
-  std::lock_guard<std::mutex> lock(event_mutex_);
-  if (event >= events_.size() || !events_[event].live) return;
-  events_[event].live = false;
-  free_events_.push_back(event);
-}
-
-void HostBackend::synchronize() {
-  std::lock_guard<std::mutex> lock(event_mutex_);
-  ++counts_.syncs;
-  for (auto& [stream, ticket] : recorded_) completed_[stream] = ticket;
-}
-
-void HostBackend::synchronize_stream(StreamId stream) {
-  std::lock_guard<std::mutex> lock(event_mutex_);
-  ++counts_.syncs;
-  auto it = recorded_.find(stream);
-  if (it != recorded_.end()) completed_[stream] = it->second;
-}
-
-void HostBackend::complete_stream(StreamId stream) {
-  std::lock_guard<std::mutex> lock(event_mutex_);
-  auto it = recorded_.find(stream);
-  if (it != recorded_.end()) completed_[stream] = it->second;
-}
-
-std::size_t HostBackend::pending_events() const {
-  std::lock_guard<std::mutex> lock(event_mutex_);
-  std::size_t n = 0;
-  for (const auto& e : events_)
-    if (e.live) ++n;
-  return n;
-}
+EventHandle HostBackend::record_event(StreamId stream) { return events_.record(stream); }
+bool HostBackend::event_done(EventHandle event) { return events_.done(event); }
+void HostBackend::release_event(EventHandle event) noexcept { events_.release(event); }
+void HostBackend::synchronize() { events_.complete_all(&counts_.syncs); }
+void HostBackend::synchronize_stream(StreamId stream) { events_.complete(stream, &counts_.syncs); }
+void HostBackend::complete_stream(StreamId stream) { events_.complete(stream); }
+std::size_t HostBackend::pending_events() const { return events_.pending(); }
 
 }  // namespace gpumem

@@ -10,7 +10,8 @@ constexpr DevicePtr kSimVaBase = DevicePtr(0x7e00) << 32;
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 }  // namespace
 
-SimBackend::SimBackend(SimBackendOptions options) : options_(options), next_va_(kSimVaBase) {
+SimBackend::SimBackend(SimBackendOptions options)
+    : options_(options), next_va_(kSimVaBase), events_(options.manual_events) {
   if (options_.granularity == 0 || (options_.granularity & (options_.granularity - 1)) != 0)
     throw BackendError("sim backend: granularity must be a power of two, got " +
                        std::to_string(options_.granularity));
@@ -94,54 +95,11 @@ void SimBackend::free(DevicePtr ptr) noexcept {
 
 MemInfo SimBackend::mem_info() { return {options_.capacity - used_, options_.capacity}; }
 
-EventHandle SimBackend::record_event(StreamId stream) {
-  std::lock_guard lock(event_mutex_);
-  EventHandle h;
-  if (!free_events_.empty()) {
-    h = free_events_.back();
-    free_events_.pop_back();
-  } else {
-    h = events_.size();
-    events_.push_back({});
-  }
-  events_[h] = Event{stream, ++recorded_[stream], true};
-  return h;
-}
-
-bool SimBackend::event_done(EventHandle event) {
-  std::lock_guard lock(event_mutex_);
-  if (event >= events_.size() || !events_[event].live) return true;
-  if (!options_.manual_events) return true;
-  const Event& e = events_[event];
-  auto it = completed_.find(e.stream);
-  return it != completed_.end() && it->second >= e.ticket;
-}
-
-void SimBackend::release_event(EventHandle event) noexcept {
-  std::lock_guard lock(event_mutex_);
-  if (event >= events_.size() || !events_[event].live) return;
-  events_[event].live = false;
-  free_events_.push_back(event);
-}
-
-void SimBackend::synchronize() {
-  std::lock_guard lock(event_mutex_);
-  ++counts_.syncs;
-  for (auto& [stream, ticket] : recorded_) completed_[stream] = ticket;
-}
-
-void SimBackend::complete_stream(StreamId stream) {
-  std::lock_guard lock(event_mutex_);
-  auto it = recorded_.find(stream);
-  if (it != recorded_.end()) completed_[stream] = it->second;
-}
-
-std::size_t SimBackend::pending_events() const noexcept {
-  std::lock_guard lock(event_mutex_);
-  std::size_t n = 0;
-  for (const auto& e : events_)
-    if (e.live) ++n;
-  return n;
-}
+EventHandle SimBackend::record_event(StreamId stream) { return events_.record(stream); }
+bool SimBackend::event_done(EventHandle event) { return events_.done(event); }
+void SimBackend::release_event(EventHandle event) noexcept { events_.release(event); }
+void SimBackend::synchronize() { events_.complete_all(&counts_.syncs); }
+void SimBackend::complete_stream(StreamId stream) { events_.complete(stream); }
+std::size_t SimBackend::pending_events() const noexcept { return events_.pending(); }
 
 }  // namespace gpumem
