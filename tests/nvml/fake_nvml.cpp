@@ -283,7 +283,7 @@ static abi::Return pci_common(abi::Device d, abi::PciInfo* info, bool v3) {
   info->domain = dom;
   info->bus = b;
   info->device = dev;
-  if (v3) std::snprintf(info->busId, sizeof info->busId, "%s", text);
+  if (v3) std::snprintf(info->busId, sizeof info->busId, "%.*s", int(sizeof info->busId - 1), text);
   return abi::kSuccess;
 }
 EXPORT abi::Return nvmlDeviceGetPciInfo(abi::Device d, abi::PciInfo* info) { return pci_common(d, info, false); }
