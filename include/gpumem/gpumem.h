@@ -53,6 +53,20 @@ int gpumem_backend_name(int device, char* buf, size_t len);
 int gpumem_trace_start(const char* path);
 long gpumem_trace_stop(void);
 
+/* Private pools (torch.cuda.MemPool, CUDA graph trees). CUDA graph captures reach gpumem through PyTorch's
+ * pool hooks, which take C++ types and are declared in src/api/torch_hooks.hpp. A pool is PyTorch's
+ * MempoolId_t (a, b). incref/release count its users; live_blocks writes up to cap addresses of the blocks the
+ * program holds in it and returns how many there are. A checkpoint is a numbered copy of the pool's
+ * allocated blocks; restore makes the pool's allocated blocks exactly those again, writes the addresses it
+ * had to allocate, and returns their count. Negative returns are GPUMEM_E* codes. */
+int gpumem_pool_incref(int device, unsigned long long a, unsigned long long b);
+int gpumem_pool_release(int device, unsigned long long a, unsigned long long b);
+int gpumem_pool_use_count(int device, unsigned long long a, unsigned long long b);
+long gpumem_pool_live_blocks(int device, unsigned long long a, unsigned long long b, uintptr_t* out, size_t cap);
+long gpumem_pool_checkpoint(int device, unsigned long long a, unsigned long long b);
+long gpumem_pool_restore(long handle, uintptr_t* out, size_t cap);
+int gpumem_pool_checkpoint_free(long handle);
+
 /* torch.cuda-style queries; device -1 means current. */
 size_t gpumem_memory_allocated(int device);
 size_t gpumem_memory_reserved(int device);

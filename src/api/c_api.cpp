@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/registry_internal.hpp"
+#include "api/status.hpp"
 #include "api/trace_recorder.hpp"
 #include "gpumem/memory.hpp"
 
@@ -17,73 +18,11 @@ namespace {
 
 using namespace gpumem;
 
-thread_local std::string tls_last_error;
-
-// Maps the exception in flight to a status code and remembers its sentence for gpumem_last_error().
-int status_of_current_exception() noexcept {
-  try {
-    throw;
-  } catch (const OutOfMemoryError& e) {
-    tls_last_error = e.what();
-    return GPUMEM_E_OOM;
-  } catch (const BackendError& e) {
-    tls_last_error = e.what();
-    return GPUMEM_E_BACKEND;
-  } catch (const std::invalid_argument& e) {
-    tls_last_error = e.what();
-    return GPUMEM_E_INVALID;
-  } catch (const Error& e) {
-    tls_last_error = e.what();
-    return GPUMEM_E_INVALID;
-  } catch (const std::exception& e) {
-    tls_last_error = std::string("gpumem: internal error: ") + e.what();
-    return GPUMEM_E_INTERNAL;
-  } catch (...) {
-    tls_last_error = "gpumem: internal error of unknown kind";
-    return GPUMEM_E_INTERNAL;
-  }
-}
-
-template <typename Fn>
-int guarded(Fn&& fn) noexcept {
-  try {
-    fn();
-    return GPUMEM_OK;
-  } catch (...) {
-    return status_of_current_exception();
-  }
-}
-
-// Copies text into buf as the header promises: NUL-terminated, truncated to fit; returns the full length.
-int copy_out(const std::string& text, char* buf, size_t len) {
-  if (text.size() > std::size_t(std::numeric_limits<int>::max())) throw std::length_error("gpumem: text too long");
-  if (buf && len > 0) {
-    std::size_t n = std::min(text.size(), len - 1);
-    std::memcpy(buf, text.data(), n);
-    buf[n] = '\0';
-  }
-  return int(text.size());
-}
-
-template <typename Fn>
-int guarded_text(char* buf, size_t len, Fn&& fn) noexcept {
-  try {
-    return copy_out(fn(), buf, len);
-  } catch (...) {
-    return status_of_current_exception();
-  }
-}
-
-// A query that cannot report failure returns 0 and leaves the reason in gpumem_last_error().
-template <typename Fn>
-size_t guarded_size(Fn&& fn) noexcept {
-  try {
-    return fn();
-  } catch (...) {
-    status_of_current_exception();
-    return 0;
-  }
-}
+using api::copy_out;
+using api::guarded;
+using api::guarded_size;
+using api::guarded_text;
+using api::tls_last_error;
 
 StreamId stream_id(void* stream) { return reinterpret_cast<StreamId>(stream); }
 
