@@ -87,7 +87,8 @@ class InstallWithTorchDouble(unittest.TestCase):
             import torch, gpumem_torch
             gpumem_torch.install()
             raw = torch.cuda.memory._current.allocator()
-            assert set(raw.hooks) == {"init", "reset", "memory_fraction", "base_alloc", "record_stream"}, raw.hooks
+            assert set(raw.hooks) == {"init", "reset", "memory_fraction", "base_alloc", "record_stream",
+                                      "begin_allocate_to_pool", "end_allocate_to_pool", "release_pool"}, raw.hooks
             p = raw.malloc(1 << 20, 0, 0)           # what PyTorch does for a new tensor
             assert torch.cuda.memory_allocated(0) == 1 << 20, torch.cuda.memory_allocated(0)
             assert torch.cuda.max_memory_allocated() == 1 << 20
@@ -101,6 +102,31 @@ class InstallWithTorchDouble(unittest.TestCase):
             print("OK")
         """)
         self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("OK", r.stdout)
+
+    def test_pools_answer_what_cuda_graph_trees_ask(self):
+        r = run_python("""
+            import torch, gpumem_torch
+            gpumem_torch.install()
+            pool = torch.cuda.MemPool()                  # PyTorch's own refuses under a pluggable allocator
+            assert pool.use_count() == 1, pool.use_count()
+            assert torch._C._cuda_checkPoolLiveAllocations(0, pool.id, set())
+            state = torch._C._cuda_getCheckpointState(0, pool.id)
+            torch._C._cuda_setCheckpointPoolState(0, state, [], [])
+            assert not torch._C._cuda_checkPoolLiveAllocations(0, pool.id, {12345})
+            raw = torch.cuda.memory._current.allocator()
+            p = raw.malloc(4096, 0, 0)
+            torch._C._cuda_cudaCachingAllocator_raw_delete(p)   # not restored by gpumem: PyTorch's path
+            assert torch.cuda.memory_allocated(0) == 0
+            try:
+                torch.cuda.MemPool(allocator=object())
+            except gpumem_torch.GpumemError as e:
+                print("ERR", e)
+            del pool, state
+            print("OK")
+        """)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("ERR gpumem: MemPool(allocator=...)", r.stdout)
         self.assertIn("OK", r.stdout)
 
     def test_install_after_cuda_init_is_a_clear_error(self):
