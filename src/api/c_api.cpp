@@ -1,6 +1,7 @@
 // The C ABI (include/gpumem/gpumem.h) over the default allocators. libgpumem.so exports only these.
 #include "gpumem/gpumem.h"
 
+#include <atomic>
 #include <cstring>
 #include <exception>
 #include <limits>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/registry_internal.hpp"
+#include "api/torch_oom.hpp"
 #include "api/trace_recorder.hpp"
 #include "gpumem/memory.hpp"
 
@@ -87,12 +89,21 @@ size_t guarded_size(Fn&& fn) noexcept {
 
 StreamId stream_id(void* stream) { return reinterpret_cast<StreamId>(stream); }
 
+std::atomic<gpumem_oom_observer_fn> oom_observer{nullptr};
+
 }  // namespace
 
 extern "C" {
 
 const char* gpumem_version(void) { return "0.1.0"; }
 const char* gpumem_last_error(void) { return tls_last_error.c_str(); }
+const char* gpumem_oom_marker(void) { return GPUMEM_OOM_MARKER; }
+int gpumem_torch_oom_available(void) { return api::c10_out_of_memory_available() ? 1 : 0; }
+
+int gpumem_set_oom_observer(gpumem_oom_observer_fn observer) {
+  oom_observer.store(observer, std::memory_order_release);
+  return GPUMEM_OK;
+}
 
 void* gpumem_malloc(ssize_t size, int device, void* stream) {
   if (size < 0) {
@@ -104,6 +115,11 @@ void* gpumem_malloc(ssize_t size, int device, void* stream) {
     void* p = default_allocator(device).allocate(std::size_t(size), stream_id(stream));
     api::trace_alloc(DevicePtr(p), std::size_t(size), stream_id(stream));
     return p;
+  } catch (const OutOfMemoryError& e) {
+    tls_last_error = e.what();
+    if (gpumem_oom_observer_fn observer = oom_observer.load(std::memory_order_acquire))
+      observer(device, std::size_t(size), e.state().allocated, e.state().device_free);
+    api::throw_torch_out_of_memory(e);
   } catch (const std::exception& e) {
     tls_last_error = e.what();
     throw;
