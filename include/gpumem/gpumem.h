@@ -25,7 +25,7 @@ const char* gpumem_last_error(void);
 const char* gpumem_oom_marker(void);
 /* 1 when gpumem_malloc's out-of-memory is a c10::OutOfMemoryError (PyTorch's libc10 is loaded), else 0. */
 int gpumem_torch_oom_available(void);
-/* Called by gpumem_malloc on each out of memory, before it throws, on the allocating thread (like
+/* Called by gpumem_malloc and gpumem_allocate on each out of memory, before they fail, on the allocating thread (like
  * torch._C._cuda_attach_out_of_memory_observer's observers). NULL removes it; one observer at a time. */
 typedef void (*gpumem_oom_observer_fn)(int device, size_t requested, size_t device_allocated, size_t device_free);
 int gpumem_set_oom_observer(gpumem_oom_observer_fn observer);
@@ -51,6 +51,13 @@ int gpumem_allocate(size_t size, int device, void* stream, void** out);
 int gpumem_deallocate(void* ptr, int device, void* stream);
 int gpumem_set_limit(size_t bytes, int device);
 int gpumem_set_fraction(double fraction, int device);
+/* The fraction last set (exactly), else limit / total, else 1.0 (torch.cuda.get_per_process_memory_fraction). */
+int gpumem_get_fraction(int device, double* fraction);
+/* Zeroes the "allocated" / "freed" counters and num_ooms & co. (torch.cuda.reset_accumulated_memory_stats). */
+int gpumem_reset_accumulated_memory_stats(int device);
+/* The largest block an allocation could get now without failing: the largest cached free block, or the
+ * device's free memory within the limit (what PyTorch's cacheInfo gives cuDNN as its workspace bound). */
+int gpumem_cache_info(int device, size_t* largest_block);
 int gpumem_record_stream_checked(void* ptr, void* stream);
 int gpumem_empty_cache_checked(void);
 int gpumem_set_current_device(int device);

@@ -1,7 +1,9 @@
 // The C ABI (include/gpumem/gpumem.h) over the default allocators. libgpumem.so exports only these.
 #include "gpumem/gpumem.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <limits>
@@ -91,6 +93,25 @@ StreamId stream_id(void* stream) { return reinterpret_cast<StreamId>(stream); }
 
 std::atomic<gpumem_oom_observer_fn> oom_observer{nullptr};
 
+void notify_oom_observer(int device, std::size_t size, const OutOfMemoryError& e) {
+  if (gpumem_oom_observer_fn observer = oom_observer.load(std::memory_order_acquire))
+    observer(device < 0 ? current_device() : device, size, e.state().allocated, e.state().device_free);
+}
+
+// The fraction last set per device, so get_per_process_memory_fraction returns it exactly (the limit it
+// became is rounded); NaN when none was set through the fraction calls.
+constexpr int kFractionSlots = 64;
+std::atomic<double> set_fractions[kFractionSlots];
+void remember_fraction(int device, double fraction) {
+  int d = device < 0 ? current_device() : device;
+  if (d >= 0 && d < kFractionSlots) set_fractions[d].store(fraction, std::memory_order_relaxed);
+}
+struct FractionSlotsInit {
+  FractionSlotsInit() {
+    for (auto& f : set_fractions) f.store(std::numeric_limits<double>::quiet_NaN(), std::memory_order_relaxed);
+  }
+} fraction_slots_init;
+
 }  // namespace
 
 extern "C" {
@@ -117,8 +138,7 @@ void* gpumem_malloc(ssize_t size, int device, void* stream) {
     return p;
   } catch (const OutOfMemoryError& e) {
     tls_last_error = e.what();
-    if (gpumem_oom_observer_fn observer = oom_observer.load(std::memory_order_acquire))
-      observer(device, std::size_t(size), e.state().allocated, e.state().device_free);
+    notify_oom_observer(device, std::size_t(size), e);
     api::throw_torch_out_of_memory(e);
   } catch (const std::exception& e) {
     tls_last_error = e.what();
@@ -143,6 +163,7 @@ void gpumem_reset(void) { gpumem_empty_cache_checked(); }
 void gpumem_init(int /*device_count*/) {}  // allocators are made per device on first use
 
 void gpumem_set_memory_fraction(double fraction, int device) {
+  // Through gpumem_set_fraction, so the fraction is remembered for gpumem_get_fraction.
   if (gpumem_set_fraction(fraction, device) != GPUMEM_OK) throw std::runtime_error(tls_last_error);
 }
 
@@ -161,7 +182,12 @@ int gpumem_allocate(size_t size, int device, void* stream, void** out) {
   *out = nullptr;
   return guarded([&] {
     api::trace_start_from_env();
-    *out = default_allocator(device).allocate(size, stream_id(stream));
+    try {
+      *out = default_allocator(device).allocate(size, stream_id(stream));
+    } catch (const OutOfMemoryError& e) {
+      notify_oom_observer(device, size, e);
+      throw;
+    }
     api::trace_alloc(DevicePtr(*out), size, stream_id(stream));
   });
 }
@@ -203,11 +229,50 @@ long gpumem_trace_stop(void) {
 }
 
 int gpumem_set_limit(size_t bytes, int device) {
-  return guarded([&] { default_allocator(device).set_limit(bytes); });
+  return guarded([&] {
+    default_allocator(device).set_limit(bytes);
+    remember_fraction(device, std::numeric_limits<double>::quiet_NaN());
+  });
 }
 
 int gpumem_set_fraction(double fraction, int device) {
-  return guarded([&] { set_per_process_memory_fraction(fraction, device); });
+  return guarded([&] {
+    set_per_process_memory_fraction(fraction, device);
+    remember_fraction(device, fraction);
+  });
+}
+
+int gpumem_get_fraction(int device, double* fraction) {
+  return guarded([&] {
+    if (!fraction) throw std::invalid_argument("gpumem_get_fraction: fraction must not be NULL");
+    Allocator& a = default_allocator(device);
+    int d = device < 0 ? current_device() : device;
+    double remembered = d < kFractionSlots ? set_fractions[d].load(std::memory_order_relaxed) : std::nan("");
+    if (!std::isnan(remembered)) {
+      *fraction = remembered;
+      return;
+    }
+    std::size_t total = a.mem_get_info().total;
+    *fraction = a.limit() && total ? std::min(1.0, double(a.limit()) / double(total)) : 1.0;
+  });
+}
+
+int gpumem_reset_accumulated_memory_stats(int device) {
+  return guarded([&] { default_allocator(device).reset_accumulated_stats(); });
+}
+
+int gpumem_cache_info(int device, size_t* largest_block) {
+  return guarded([&] {
+    if (!largest_block) throw std::invalid_argument("gpumem_cache_info: largest_block must not be NULL");
+    Allocator& a = default_allocator(device);
+    // As PyTorch's allocator answers: the largest cached free block, or what the device could still give.
+    std::size_t grow = a.mem_get_info().free;
+    if (std::size_t limit = a.limit()) {
+      std::size_t reserved = memory_reserved(device);
+      grow = std::min(grow, limit > reserved ? limit - reserved : 0);
+    }
+    *largest_block = std::max(a.largest_free_block(), grow);
+  });
 }
 
 int gpumem_record_stream_checked(void* ptr, void* stream) {

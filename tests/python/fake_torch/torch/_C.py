@@ -1,0 +1,21 @@
+"""torch._C's memory entry points as PyTorch's pluggable allocator leaves them: they raise once a pluggable
+allocator is current (PyTorch's C++ refuses getDeviceStats, getMemoryFraction, ...), like the real ones."""
+import torch
+
+
+def _refuse(what):
+    def fn(*args, **kwargs):
+        if torch.cuda.memory.get_allocator_backend() == "pluggable":
+            raise RuntimeError(f"CUDAPluggableAllocator does not yet support {what}")
+        return {} if what == "getDeviceStats" else None
+    return fn
+
+
+_cuda_memoryStats = _refuse("getDeviceStats")
+_cuda_resetAccumulatedMemoryStats = _refuse("resetAccumulatedStats")
+_cuda_resetPeakMemoryStats = _refuse("resetPeakStats")
+_cuda_getMemoryFraction = _refuse("getMemoryFraction")
+_cuda_attach_out_of_memory_observer = _refuse("attachOutOfMemoryObserver")
+_accelerator_getDeviceStats = _refuse("getDeviceStats")
+_accelerator_resetAccumulatedStats = _refuse("resetAccumulatedStats")
+_accelerator_resetPeakStats = _refuse("resetPeakStats")
