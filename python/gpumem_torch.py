@@ -84,6 +84,7 @@ def _load():
         "gpumem_get_fraction": (c.c_int, [c.c_int, c.POINTER(c.c_double)]),
         "gpumem_reset_accumulated_memory_stats": (c.c_int, [c.c_int]),
         "gpumem_cache_info": (c.c_int, [c.c_int, c.POINTER(c.c_size_t)]),
+        "gpumem_torch_enable_cache_info": (c.c_int, []),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -318,6 +319,7 @@ def install(patch_torch=True):
         if hasattr(raw, setter):
             getattr(raw, setter)(ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value)
     torch.cuda.memory.change_current_allocator(allocator)
+    lib.gpumem_torch_enable_cache_info()  # cuDNN benchmark's cacheInfo(); 0 (not found) leaves PyTorch's
     _torch_allocator = allocator
     _installed = True
     if patch_torch:

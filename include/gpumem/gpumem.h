@@ -58,6 +58,10 @@ int gpumem_reset_accumulated_memory_stats(int device);
 /* The largest block an allocation could get now without failing: the largest cached free block, or the
  * device's free memory within the limit (what PyTorch's cacheInfo gives cuDNN as its workspace bound). */
 int gpumem_cache_info(int device, size_t* largest_block);
+/* Makes PyTorch's CUDAPluggableAllocator answer cacheInfo() (cuDNN benchmark's workspace bound) with
+ * gpumem_cache_info instead of an error, by pointing its vtable slot at gpumem (no hook exists). Returns 1
+ * when done (or done before), 0 when libtorch_cuda's method or its slot was not found (nothing changed). */
+int gpumem_torch_enable_cache_info(void);
 int gpumem_record_stream_checked(void* ptr, void* stream);
 int gpumem_empty_cache_checked(void);
 int gpumem_set_current_device(int device);

@@ -120,6 +120,7 @@ const char* gpumem_version(void) { return "0.1.0"; }
 const char* gpumem_last_error(void) { return tls_last_error.c_str(); }
 const char* gpumem_oom_marker(void) { return GPUMEM_OOM_MARKER; }
 int gpumem_torch_oom_available(void) { return api::c10_out_of_memory_available() ? 1 : 0; }
+int gpumem_torch_enable_cache_info(void) { return api::enable_torch_cache_info() ? 1 : 0; }
 
 int gpumem_set_oom_observer(gpumem_oom_observer_fn observer) {
   oom_observer.store(observer, std::memory_order_release);

@@ -1,4 +1,5 @@
-// PyTorch's own out-of-memory exception, thrown from gpumem_malloc without PyTorch's headers.
+// What gpumem does inside PyTorch's C++ without its headers: throw its own out-of-memory exception from
+// gpumem_malloc, and answer cacheInfo() for cuDNN.
 //
 // Contract: throw_torch_out_of_memory(message) never returns. When the process has PyTorch's libc10 loaded
 // (found through dlsym, by name), it throws a genuine c10::OutOfMemoryError carrying `message`, which
@@ -18,5 +19,9 @@ bool c10_out_of_memory_available() noexcept;
 
 // Throws c10::OutOfMemoryError(message) if available, else rethrows `fallback`.
 [[noreturn]] void throw_torch_out_of_memory(const OutOfMemoryError& fallback);
+
+// Points PyTorch's CUDAPluggableAllocator::cacheInfo at gpumem_cache_info (torch_cache_info.cpp); true when
+// done now or before, false when the method or its vtable slot is not found (then nothing changed).
+bool enable_torch_cache_info() noexcept;
 
 }  // namespace gpumem::api
