@@ -280,6 +280,33 @@ class RealTorch(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("OK cuda", r.stdout)
 
+    def test_out_of_memory_is_torchs_own_type_and_the_program_goes_on(self):
+        r = run_python("""
+            import torch, gpumem_torch
+            gpumem_torch.install()
+            seen = []
+            torch._C._cuda_attach_out_of_memory_observer(lambda *a: seen.append(a))
+            a = torch.ones(1 << 20, device="cuda")
+            assert gpumem_torch._load().gpumem_torch_oom_available() == 1
+            total = torch.cuda.get_device_properties(0).total_memory
+            torch.cuda.set_per_process_memory_fraction(0.25)
+            for size in (1 << 50, total + (1 << 30), int(total * 0.3)):   # absurd, device, limit
+                try:
+                    torch.empty(size, dtype=torch.uint8, device="cuda")
+                    raise SystemExit(f"no OOM for {size}")
+                except torch.cuda.OutOfMemoryError as e:
+                    assert isinstance(e, torch.OutOfMemoryError) and "out of memory" in str(e), repr(e)
+            assert len(seen) == 3, seen
+            assert (a * 2).sum().item() == 2 * (1 << 20)
+            torch.backends.cudnn.benchmark = True          # cacheInfo through gpumem
+            conv = torch.nn.Conv2d(16, 32, 3).cuda()
+            conv(torch.randn(8, 16, 32, 32, device="cuda")).sum().backward()
+            assert gpumem_torch._load().gpumem_torch_enable_cache_info() == 1
+            print("OK")
+        """, {"GPUMEM_BACKEND": "cuda"}, fake_torch=False)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("OK", r.stdout)
+
 
 if __name__ == "__main__":
     unittest.main()
