@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <cstring>
 #include <exception>
 #include <limits>
@@ -99,18 +98,13 @@ void notify_oom_observer(int device, std::size_t size, const OutOfMemoryError& e
 }
 
 // The fraction last set per device, so get_per_process_memory_fraction returns it exactly (the limit it
-// became is rounded); NaN when none was set through the fraction calls.
+// became is rounded); 0 (never a valid fraction) when none was set through the fraction calls.
 constexpr int kFractionSlots = 64;
-std::atomic<double> set_fractions[kFractionSlots];
+std::atomic<double> set_fractions[kFractionSlots] = {};
 void remember_fraction(int device, double fraction) {
   int d = device < 0 ? current_device() : device;
   if (d >= 0 && d < kFractionSlots) set_fractions[d].store(fraction, std::memory_order_relaxed);
 }
-struct FractionSlotsInit {
-  FractionSlotsInit() {
-    for (auto& f : set_fractions) f.store(std::numeric_limits<double>::quiet_NaN(), std::memory_order_relaxed);
-  }
-} fraction_slots_init;
 
 }  // namespace
 
@@ -232,7 +226,7 @@ long gpumem_trace_stop(void) {
 int gpumem_set_limit(size_t bytes, int device) {
   return guarded([&] {
     default_allocator(device).set_limit(bytes);
-    remember_fraction(device, std::numeric_limits<double>::quiet_NaN());
+    remember_fraction(device, 0.0);
   });
 }
 
@@ -248,8 +242,8 @@ int gpumem_get_fraction(int device, double* fraction) {
     if (!fraction) throw std::invalid_argument("gpumem_get_fraction: fraction must not be NULL");
     Allocator& a = default_allocator(device);
     int d = device < 0 ? current_device() : device;
-    double remembered = d < kFractionSlots ? set_fractions[d].load(std::memory_order_relaxed) : std::nan("");
-    if (!std::isnan(remembered)) {
+    double remembered = d < kFractionSlots ? set_fractions[d].load(std::memory_order_relaxed) : 0.0;
+    if (remembered > 0.0) {
       *fraction = remembered;
       return;
     }
