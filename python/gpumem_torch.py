@@ -19,7 +19,8 @@ __all__ = [
     "GpumemError", "OutOfMemoryError", "install", "is_installed", "memory_allocated", "max_memory_allocated",
     "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats", "memory_stats", "memory_summary",
     "empty_cache", "set_per_process_memory_fraction", "set_limit", "mem_get_info", "backend_name",
-    "allocate", "deallocate", "record_stream",
+    "allocate", "deallocate", "record_stream", "get_per_process_memory_fraction", "reset_accumulated_memory_stats",
+    "cache_info", "oom_marker", "is_out_of_memory", "attach_out_of_memory_observer",
 ]
 
 
@@ -85,6 +86,13 @@ def _load():
         "gpumem_pool_checkpoint": (c.c_long, [c.c_int, c.c_ulonglong, c.c_ulonglong]),
         "gpumem_pool_restore": (c.c_long, [c.c_long, c.POINTER(c.c_size_t), c.c_size_t]),
         "gpumem_pool_checkpoint_free": (c.c_int, [c.c_long]),
+        "gpumem_oom_marker": (c.c_char_p, []),
+        "gpumem_torch_oom_available": (c.c_int, []),
+        "gpumem_set_oom_observer": (c.c_int, [c.c_void_p]),
+        "gpumem_get_fraction": (c.c_int, [c.c_int, c.POINTER(c.c_double)]),
+        "gpumem_reset_accumulated_memory_stats": (c.c_int, [c.c_int]),
+        "gpumem_cache_info": (c.c_int, [c.c_int, c.POINTER(c.c_size_t)]),
+        "gpumem_torch_enable_cache_info": (c.c_int, []),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -190,6 +198,105 @@ def record_stream(ptr, stream):
     _check(_load().gpumem_record_stream_checked(ctypes.c_void_p(ptr or None), ctypes.c_void_p(stream or None)))
 
 
+def get_per_process_memory_fraction(device=None):
+    """The fraction set last (exactly), else the limit as a fraction of the device, else 1.0."""
+    out = ctypes.c_double()
+    _check(_load().gpumem_get_fraction(_device(device), ctypes.byref(out)))
+    return out.value
+
+
+def reset_accumulated_memory_stats(device=None):
+    _check(_load().gpumem_reset_accumulated_memory_stats(_device(device)))
+
+
+def cache_info(device=None):
+    """Largest block an allocation could get now (what PyTorch's cacheInfo tells cuDNN)."""
+    out = ctypes.c_size_t()
+    _check(_load().gpumem_cache_info(_device(device), ctypes.byref(out)))
+    return out.value
+
+
+def oom_marker():
+    """Text in every gpumem out-of-memory message that is not PyTorch's own OutOfMemoryError (gpumem.h)."""
+    return _load().gpumem_oom_marker().decode()
+
+
+def is_out_of_memory(error):
+    """True for an exception that is a gpumem out of memory: torch.OutOfMemoryError (gpumem_malloc throws
+    c10's own type), this module's OutOfMemoryError, or a RuntimeError carrying the library's marker."""
+    torch = sys.modules.get("torch")
+    kinds = (OutOfMemoryError,) + tuple(k for k in (getattr(torch, "OutOfMemoryError", None),
+                                                    getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None))
+                                        if isinstance(k, type))
+    if isinstance(error, kinds):
+        return True
+    try:
+        return oom_marker() in str(error)
+    except GpumemError:
+        return False
+
+
+_oom_observers = []
+_OOM_OBSERVER_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t)
+
+
+def _call_oom_observers(device, requested, device_allocated, device_free):
+    for observer in list(_oom_observers):
+        try:
+            observer(device, requested, device_allocated, device_free)
+        except Exception as e:  # an observer must not turn the OOM into a crash inside the allocator
+            sys.stderr.write(f"gpumem: out-of-memory observer {observer!r} raised {e!r}\n")
+
+
+_oom_trampoline = _OOM_OBSERVER_TYPE(_call_oom_observers)
+
+
+def attach_out_of_memory_observer(observer):
+    """torch._C._cuda_attach_out_of_memory_observer: observer(device, alloc, device_allocated, device_free)
+    runs on each out of memory, before the exception is raised."""
+    if not callable(observer):
+        raise TypeError("gpumem: the out-of-memory observer must be callable")
+    if not _oom_observers:
+        _check(_load().gpumem_set_oom_observer(ctypes.cast(_oom_trampoline, ctypes.c_void_p)))
+    _oom_observers.append(observer)
+
+
+def _nested(flat):
+    """memory_stats()'s flat "a.b.c" keys as the nested dict torch._C._cuda_memoryStats returns."""
+    nested = {}
+    for key, value in flat.items():
+        parts = key.split(".")
+        node = nested
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return nested
+
+
+def _patch_torch_internals(torch):
+    """Points the torch._C functions that PyTorch's pluggable allocator refuses at gpumem. torch.cuda's and
+    torch.accelerator's Python functions look these up at call time, so memory_stats, memory_allocated,
+    memory_summary, get_per_process_memory_fraction, reset_accumulated_memory_stats & co. all answer."""
+    C = torch._C
+    replacements = {
+        "_cuda_memoryStats": lambda device: _nested(memory_stats(device)),
+        "_cuda_resetAccumulatedMemoryStats": reset_accumulated_memory_stats,
+        "_cuda_resetPeakMemoryStats": reset_peak_memory_stats,
+        "_cuda_getMemoryFraction": get_per_process_memory_fraction,
+        "_cuda_attach_out_of_memory_observer": attach_out_of_memory_observer,
+        "_accelerator_getDeviceStats": lambda device=None: _nested(memory_stats(device)),
+        "_accelerator_resetAccumulatedStats": reset_accumulated_memory_stats,
+        "_accelerator_resetPeakStats": reset_peak_memory_stats,
+    }
+    for name, fn in replacements.items():
+        if hasattr(C, name):
+            setattr(C, name, fn)
+    for module in (torch.cuda, getattr(torch.cuda, "memory", None)):
+        if module is not None:
+            module.get_per_process_memory_fraction = get_per_process_memory_fraction
+            module.reset_accumulated_memory_stats = reset_accumulated_memory_stats
+
+
 def is_installed():
     return _installed
 
@@ -225,6 +332,7 @@ def install(patch_torch=True):
         if hasattr(raw, setter):
             getattr(raw, setter)(ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value)
     torch.cuda.memory.change_current_allocator(allocator)
+    lib.gpumem_torch_enable_cache_info()  # cuDNN benchmark's cacheInfo(); 0 (not found) leaves PyTorch's
     _torch_allocator = allocator
     _installed = True
     _install_pool_support(torch)
@@ -235,6 +343,7 @@ def install(patch_torch=True):
             setattr(torch.cuda.memory, name, getattr(this, name))
         torch.cuda.reset_max_memory_allocated = reset_peak_memory_stats
         torch.cuda.memory.reset_max_memory_allocated = reset_peak_memory_stats
+        _patch_torch_internals(torch)
 
 
 # ---- Private pools: torch.cuda.MemPool and what CUDA graph trees (torch.compile mode="reduce-overhead") ask
@@ -386,7 +495,7 @@ def _run_setup():
     previous_hook = sys.excepthook
 
     def excepthook(kind, value, tb):
-        if "gpumem: out of memory" in str(value):
+        if is_out_of_memory(value):
             state["oom"] = True
         previous_hook(kind, value, tb)
 

@@ -20,10 +20,22 @@ extern "C" {
 const char* gpumem_version(void);
 const char* gpumem_last_error(void);
 
+/* The text by which an out-of-memory message is recognised when it is not c10::OutOfMemoryError. */
+#define GPUMEM_OOM_MARKER "gpumem: out of memory"
+const char* gpumem_oom_marker(void);
+/* 1 when gpumem_malloc's out-of-memory is a c10::OutOfMemoryError (PyTorch's libc10 is loaded), else 0. */
+int gpumem_torch_oom_available(void);
+/* Called by gpumem_malloc and gpumem_allocate on each out of memory, before they fail, on the allocating thread (like
+ * torch._C._cuda_attach_out_of_memory_observer's observers). NULL removes it; one observer at a time. */
+typedef void (*gpumem_oom_observer_fn)(int device, size_t requested, size_t device_allocated, size_t device_free);
+int gpumem_set_oom_observer(gpumem_oom_observer_fn observer);
+
 /* CUDAPluggableAllocator entry points (torch.cuda.memory.CUDAPluggableAllocator and its set_*_fn hooks).
  * gpumem_malloc and gpumem_set_memory_fraction report failure by throwing a C++ exception derived from
- * std::exception (PyTorch turns it into a Python RuntimeError): a NULL from malloc would crash PyTorch later.
- * C and ctypes callers use the status-code functions below instead. */
+ * std::exception: a NULL from malloc would crash PyTorch later. Out of memory in gpumem_malloc throws
+ * PyTorch's own c10::OutOfMemoryError when libc10 is loaded (Python sees torch.OutOfMemoryError), else an
+ * exception whose message contains GPUMEM_OOM_MARKER (Python sees a RuntimeError); anything else becomes a
+ * RuntimeError. C and ctypes callers use the status-code functions below instead. */
 void* gpumem_malloc(ssize_t size, int device, void* stream);
 void gpumem_free(void* ptr, size_t size, int device, void* stream);
 void gpumem_empty_cache(void);
@@ -39,6 +51,17 @@ int gpumem_allocate(size_t size, int device, void* stream, void** out);
 int gpumem_deallocate(void* ptr, int device, void* stream);
 int gpumem_set_limit(size_t bytes, int device);
 int gpumem_set_fraction(double fraction, int device);
+/* The fraction last set (exactly), else limit / total, else 1.0 (torch.cuda.get_per_process_memory_fraction). */
+int gpumem_get_fraction(int device, double* fraction);
+/* Zeroes the "allocated" / "freed" counters and num_ooms & co. (torch.cuda.reset_accumulated_memory_stats). */
+int gpumem_reset_accumulated_memory_stats(int device);
+/* The largest block an allocation could get now without failing: the largest cached free block, or the
+ * device's free memory within the limit (what PyTorch's cacheInfo gives cuDNN as its workspace bound). */
+int gpumem_cache_info(int device, size_t* largest_block);
+/* Makes PyTorch's CUDAPluggableAllocator answer cacheInfo() (cuDNN benchmark's workspace bound) with
+ * gpumem_cache_info instead of an error, by pointing its vtable slot at gpumem (no hook exists). Returns 1
+ * when done (or done before), 0 when libtorch_cuda's method or its slot was not found (nothing changed). */
+int gpumem_torch_enable_cache_info(void);
 int gpumem_record_stream_checked(void* ptr, void* stream);
 int gpumem_empty_cache_checked(void);
 int gpumem_set_current_device(int device);

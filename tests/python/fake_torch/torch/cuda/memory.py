@@ -21,6 +21,19 @@ memory_allocated = max_memory_allocated = memory_reserved = max_memory_reserved 
 reset_peak_memory_stats = memory_stats = memory_summary = _native_only
 
 
+# As in PyTorch, these reach torch._C at call time (so patching torch._C reaches them).
+def get_per_process_memory_fraction(device=None):
+    return torch._C._cuda_getMemoryFraction(0 if device is None else device)
+
+
+def reset_accumulated_memory_stats(device=None):
+    return torch._C._cuda_resetAccumulatedMemoryStats(0 if device is None else device)
+
+
+def memory_stats_as_nested_dict(device=None):
+    return torch._C._cuda_memoryStats(0 if device is None else device)
+
+
 class _RawAllocator:
     def __init__(self, malloc_ptr, free_ptr):
         self.malloc_ptr, self.free_ptr, self.hooks = malloc_ptr, free_ptr, {}
