@@ -60,8 +60,8 @@ class Allocator {
   void record_stream(void* ptr, StreamId stream);
 
   void empty_cache();
-  void set_memory_fraction(double fraction);  // (0, 1] of the device's total; std::invalid_argument else
-  void set_limit(std::size_t bytes);          // 0 removes the limit
+  void set_memory_fraction(double fraction);  // (0, 1] of the device's total, at least one page; else invalid_argument
+  void set_limit(std::size_t bytes);          // 0 removes the limit; below one page: invalid_argument
   std::size_t limit() const;
 
   DeviceStats stats() const;

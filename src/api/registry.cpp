@@ -75,7 +75,7 @@ Allocator& create(int device) {
   if (!backend) throw BackendUnavailableError("gpumem: the backend factory returned no backend for device " +
                                               std::to_string(device));
   AllocatorConfig config;
-  config.limit_bytes = api::env_size("GPUMEM_LIMIT").value_or(0);
+  config.limit_bytes = api::env_limit().value_or(0);
   std::optional<double> fraction = api::env_fraction("GPUMEM_FRACTION");
   auto allocator = std::make_unique<Allocator>(std::move(backend), config);
   if (fraction) allocator->set_memory_fraction(*fraction);

@@ -11,10 +11,15 @@ std::vector<CommandSpec>& command_registry() {
   static std::vector<CommandSpec> registry;
   return registry;
 }
+std::vector<std::string>& raw_arguments() {
+  static std::vector<std::string> args;
+  return args;
+}
 }  // namespace gpumem::cli
 
 int main(int argc, char** argv) {
   using namespace gpumem::cli;
+  raw_arguments().assign(argv, argv + argc);
   CLI::App app{"gpumem: see, explain and control GPU memory"};
   app.footer(kExitCodeHelp);
   app.require_subcommand(1);

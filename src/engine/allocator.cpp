@@ -249,10 +249,19 @@ void Allocator::empty_cache() { impl_->release_cached_everywhere(); }
 void Allocator::set_memory_fraction(double fraction) {
   if (!(fraction > 0.0 && fraction <= 1.0))
     throw std::invalid_argument("gpumem: memory fraction must be in (0, 1], got " + std::to_string(fraction));
-  set_limit(std::size_t(fraction * double(impl_->backend->mem_info().total)));
+  const std::size_t total = impl_->backend->mem_info().total;
+  const std::size_t bytes = std::size_t(fraction * double(total));
+  // A tiny fraction must not round to 0, which means "no limit".
+  if (bytes < impl_->backend->granularity())
+    throw std::invalid_argument("gpumem: memory fraction " + std::to_string(fraction) + " of " + format_bytes(total) +
+                                " is less than one page (" + format_bytes(impl_->backend->granularity()) + ")");
+  set_limit(bytes);
 }
 
 void Allocator::set_limit(std::size_t bytes) {
+  if (bytes != 0 && bytes < impl_->backend->granularity())
+    throw std::invalid_argument("gpumem: a limit of " + std::to_string(bytes) + " bytes is less than one page (" +
+                                format_bytes(impl_->backend->granularity()) + "); 0 means no limit");
   {
     std::lock_guard lock(impl_->physical.mutex());
     impl_->physical.set_limit(bytes);
