@@ -145,6 +145,7 @@ CommandRunner setup_run(CLI::App& sub) {
   sub.add_option("--backend", d->backend, "cuda (default), cuda-plain (no virtual memory), host or sim");
   sub.add_option("--report", d->report, "Write each Python process's peaks (JSON) to FILE (its directory must exist)");
   sub.add_flag("-q,--quiet", d->quiet, "Print no summary line at exit");
+  for (CLI::Option* o : sub.get_options()) o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   sub.add_option("command", d->command, "The program and its arguments (after --)")->allow_extra_args();
   sub.allow_extras();
   sub.prefix_command();
