@@ -72,6 +72,9 @@ class Allocator {
 
   // Bytes usable at ptr (the rounded block size); 0 for an unknown pointer.
   std::size_t block_size(const void* ptr) const;
+  // The live block holding ptr anywhere inside it: its start and usable bytes; {nullptr, 0} if none.
+  // Exact starts are a hash lookup; interior pointers walk the blocks (rare: IPC sharing).
+  std::pair<void*, std::size_t> live_block_containing(const void* ptr) const;
   // Largest block that could be handed out without asking the device for more.
   std::size_t largest_free_block() const;
 

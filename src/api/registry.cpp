@@ -112,6 +112,18 @@ Allocator* owner_of(const void* ptr) noexcept {
   return nullptr;
 }
 
+std::pair<void*, std::size_t> live_block_containing(const void* ptr) noexcept {
+  for (int d = 0; d < kMaxDevices; ++d) {
+    Allocator* a = existing(d);
+    if (!a) continue;
+    try {
+      if (auto found = a->live_block_containing(ptr); found.first) return found;
+    } catch (...) {  // a lock that cannot be taken: not found
+    }
+  }
+  return {nullptr, 0};
+}
+
 void set_current_device(int device) {
   if (device < 0 || device >= kMaxDevices)
     throw std::invalid_argument("gpumem: device index " + std::to_string(device) + " is out of range (0.." +

@@ -349,6 +349,24 @@ std::size_t Allocator::block_size(const void* ptr) const {
   return size;
 }
 
+std::pair<void*, std::size_t> Allocator::live_block_containing(const void* ptr) const {
+  const auto p = reinterpret_cast<DevicePtr>(ptr);
+  if (std::size_t size = block_size(ptr)) return {const_cast<void*>(ptr), size};
+  const std::size_t n = impl_->count();
+  for (std::size_t i = 0; i < n; ++i) {
+    StreamPool* pool = impl_->pool_at(i);
+    std::lock_guard lock(pool->lock());
+    for (bool small : {true, false}) {
+      const Block* found = nullptr;
+      pool->arena(small).for_each_block([&](const auto&, const Block* b) {
+        if (b->state == engine::BlockState::allocated && b->addr <= p && p < b->end()) found = b;
+      });
+      if (found) return {reinterpret_cast<void*>(found->addr), found->size};
+    }
+  }
+  return {nullptr, 0};
+}
+
 std::size_t Allocator::largest_free_block() const { return impl_->largest_free(); }
 
 Backend& Allocator::backend() const { return *impl_->backend; }
