@@ -104,8 +104,8 @@ class Allocator {
   // ones at their addresses. Returns the addresses it allocated. Throws gpumem::Error when an address is
   // no longer free in the pool (nothing changed then only if the first step failed).
   std::vector<DevicePtr> restore_pool(const PoolCheckpoint& checkpoint);
-  void set_memory_fraction(double fraction);  // (0, 1] of the device's total; std::invalid_argument else
-  void set_limit(std::size_t bytes);          // 0 removes the limit
+  void set_memory_fraction(double fraction);  // (0, 1] of the device's total, at least one page; else invalid_argument
+  void set_limit(std::size_t bytes);          // 0 removes the limit; below one page: invalid_argument
   std::size_t limit() const;
 
   DeviceStats stats() const;
@@ -116,6 +116,9 @@ class Allocator {
 
   // Bytes usable at ptr (the rounded block size); 0 for an unknown pointer.
   std::size_t block_size(const void* ptr) const;
+  // The live block holding ptr anywhere inside it: its start and usable bytes; {nullptr, 0} if none.
+  // Exact starts are a hash lookup; interior pointers walk the blocks (rare: IPC sharing).
+  std::pair<void*, std::size_t> live_block_containing(const void* ptr) const;
   // Largest block that could be handed out without asking the device for more.
   std::size_t largest_free_block() const;
 

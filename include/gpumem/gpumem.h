@@ -43,7 +43,8 @@ void gpumem_set_memory_fraction(double fraction, int device);
 void gpumem_record_stream(void* ptr, void* stream);
 void gpumem_init(int device_count);
 void gpumem_reset(void);
-/* set_base_alloc_fn: the start of the block holding ptr and, in *size, its usable bytes. */
+/* set_base_alloc_fn: the start of the live block holding ptr (ptr may point inside it) and, in *size, its
+ * usable bytes. For a pointer no gpumem allocator handed out: ptr itself and *size = 0. */
 void* gpumem_base_alloc(void* ptr, size_t* size);
 
 /* Allocation with status codes. */

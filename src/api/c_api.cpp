@@ -67,6 +67,7 @@ void* gpumem_malloc(ssize_t size, int device, void* stream) {
   }
   try {
     api::trace_start_from_env();
+    api::TraceOrderGuard order;
     void* p = default_allocator(device).allocate(std::size_t(size), stream_id(stream));
     api::trace_alloc(DevicePtr(p), std::size_t(size), stream_id(stream));
     return p;
@@ -88,6 +89,7 @@ void gpumem_free(void* ptr, size_t /*size*/, int device, void* stream) {
     tls_last_error = "gpumem: free of a pointer no gpumem allocator handed out";
     return;
   }
+  api::TraceOrderGuard order;
   api::trace_free(DevicePtr(ptr), stream_id(stream));
   a->deallocate(ptr, stream_id(stream));
 }
@@ -104,8 +106,10 @@ void gpumem_set_memory_fraction(double fraction, int device) {
 void gpumem_record_stream(void* ptr, void* stream) { gpumem_record_stream_checked(ptr, stream); }
 
 void* gpumem_base_alloc(void* ptr, size_t* size) {
-  if (Allocator* a = owner_of(ptr); a && size) *size = a->block_size(ptr);
-  return ptr;
+  // PyTorch's IPC sharing (getBaseAllocation) sends the block's start and ptr's offset into it.
+  auto [base, bytes] = live_block_containing(ptr);
+  if (size) *size = bytes;
+  return base ? base : ptr;
 }
 
 int gpumem_allocate(size_t size, int device, void* stream, void** out) {
@@ -116,6 +120,7 @@ int gpumem_allocate(size_t size, int device, void* stream, void** out) {
   *out = nullptr;
   return guarded([&] {
     api::trace_start_from_env();
+    api::TraceOrderGuard order;
     try {
       *out = default_allocator(device).allocate(size, stream_id(stream));
     } catch (const OutOfMemoryError& e) {
@@ -133,8 +138,12 @@ int gpumem_deallocate(void* ptr, int device, void* stream) {
     tls_last_error = "gpumem_deallocate: device " + std::to_string(device) + " has no allocator";
     return GPUMEM_E_INVALID;
   }
-  FreeResult result = a->try_deallocate(ptr, stream_id(stream));
-  if (result == FreeResult::ok) api::trace_free(DevicePtr(ptr), stream_id(stream));
+  FreeResult result;
+  {
+    api::TraceOrderGuard order;
+    result = a->try_deallocate(ptr, stream_id(stream));
+    if (result == FreeResult::ok) api::trace_free(DevicePtr(ptr), stream_id(stream));
+  }
   switch (result) {
     case FreeResult::ok:
     case FreeResult::null_pointer:

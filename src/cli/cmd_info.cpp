@@ -3,6 +3,7 @@
 
 #include "cli/command.hpp"
 #include "cli/monitor_cli.hpp"
+#include "cli/output.hpp"
 #include "monitor/info.hpp"
 
 namespace gpumem::cli {
@@ -23,7 +24,7 @@ GPUMEM_REGISTER_COMMAND(
         return run_monitor_command("info", [&] {
           auto nvml = nvml::Nvml::open();
           auto report = monitor::collect_info(*nvml, monitor::select_gpus(*nvml, o->ids));
-          std::string text = o->json ? monitor::info_json(report).dump(2) + "\n" : monitor::render_info(report);
+          std::string text = o->json ? json_text(monitor::info_json(report)) : monitor::render_info(report);
           std::fwrite(text.data(), 1, text.size(), stdout);
           return kExitOk;
         });

@@ -4,6 +4,7 @@
 
 #include "cli/command.hpp"
 #include "cli/monitor_cli.hpp"
+#include "cli/output.hpp"
 #include "monitor/ps.hpp"
 
 namespace gpumem::cli {
@@ -24,7 +25,7 @@ GPUMEM_REGISTER_COMMAND(
         return run_monitor_command("ps", [&] {
           auto nvml = nvml::Nvml::open();
           auto report = monitor::collect_ps(*nvml, monitor::select_gpus(*nvml, o->ids), monitor::device_dir());
-          std::string text = o->json ? monitor::ps_json(report).dump(2) + "\n" : monitor::render_ps(report);
+          std::string text = o->json ? json_text(monitor::ps_json(report)) : monitor::render_ps(report);
           std::fwrite(text.data(), 1, text.size(), stdout);
           return kExitOk;
         });

@@ -285,10 +285,19 @@ void Allocator::empty_cache() { impl_->release_cached_everywhere(); }
 void Allocator::set_memory_fraction(double fraction) {
   if (!(fraction > 0.0 && fraction <= 1.0))
     throw std::invalid_argument("gpumem: memory fraction must be in (0, 1], got " + std::to_string(fraction));
-  set_limit(std::size_t(fraction * double(impl_->backend->mem_info().total)));
+  const std::size_t total = impl_->backend->mem_info().total;
+  const std::size_t bytes = std::size_t(fraction * double(total));
+  // A tiny fraction must not round to 0, which means "no limit".
+  if (bytes < impl_->backend->granularity())
+    throw std::invalid_argument("gpumem: memory fraction " + std::to_string(fraction) + " of " + format_bytes(total) +
+                                " is less than one page (" + format_bytes(impl_->backend->granularity()) + ")");
+  set_limit(bytes);
 }
 
 void Allocator::set_limit(std::size_t bytes) {
+  if (bytes != 0 && bytes < impl_->backend->granularity())
+    throw std::invalid_argument("gpumem: a limit of " + std::to_string(bytes) + " bytes is less than one page (" +
+                                format_bytes(impl_->backend->granularity()) + "); 0 means no limit");
   {
     std::lock_guard lock(impl_->physical.mutex());
     impl_->physical.set_limit(bytes);
@@ -374,6 +383,24 @@ std::size_t Allocator::block_size(const void* ptr) const {
   std::size_t size = 0;
   impl_->with_live_block(reinterpret_cast<DevicePtr>(ptr), 0, [&](StreamPool&, Block* b) { size = b->size; });
   return size;
+}
+
+std::pair<void*, std::size_t> Allocator::live_block_containing(const void* ptr) const {
+  const auto p = reinterpret_cast<DevicePtr>(ptr);
+  if (std::size_t size = block_size(ptr)) return {const_cast<void*>(ptr), size};
+  const std::size_t n = impl_->count();
+  for (std::size_t i = 0; i < n; ++i) {
+    StreamPool* pool = impl_->pool_at(i);
+    std::lock_guard lock(pool->lock());
+    for (bool small : {true, false}) {
+      const Block* found = nullptr;
+      pool->arena(small).for_each_block([&](const auto&, const Block* b) {
+        if (b->state == engine::BlockState::allocated && b->addr <= p && p < b->end()) found = b;
+      });
+      if (found) return {reinterpret_cast<void*>(found->addr), found->size};
+    }
+  }
+  return {nullptr, 0};
 }
 
 std::size_t Allocator::largest_free_block() const { return impl_->largest_free(); }
