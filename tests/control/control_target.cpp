@@ -3,11 +3,14 @@
 //   alloc BYTES   -> "ok" | "oom"        (keeps the block)
 //   free          -> "ok"                (frees the most recent block)
 //   stats         -> {"allocated":..,"reserved":..,"peak_allocated":..,"peak_reserved":..}
+//   fork          -> "ok" after a child that called exit() was reaped (it must not take our socket along)
 //   quit          -> exits 0
 // It prints "ready PID" first, after its first allocation started the control server.
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -41,6 +44,12 @@ int main() {
       std::printf("{\"allocated\":%zu,\"reserved\":%zu,\"peak_allocated\":%zu,\"peak_reserved\":%zu}\n",
                   gpumem_memory_allocated(0), gpumem_memory_reserved(0), gpumem_max_memory_allocated(0),
                   gpumem_max_memory_reserved(0));
+    } else if (std::strncmp(line, "fork", 4) == 0) {
+      std::fflush(stdout);
+      pid_t child = fork();
+      if (child == 0) std::exit(0);
+      waitpid(child, nullptr, 0);
+      std::printf("ok\n");
     } else if (std::strncmp(line, "quit", 4) == 0) {
       return 0;
     } else {

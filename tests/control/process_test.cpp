@@ -126,6 +126,9 @@ TEST(ControlProcess, StatsMatchWhatTheProcessReports) {
 
   reset_peaks(t.pid());
   EXPECT_EQ(t.self_stats()["peak_allocated"], self["allocated"]);
+
+  ASSERT_EQ(t.ask("fork"), "ok");  // a forked child's exit() leaves the parent's socket alone
+  EXPECT_EQ(stats(t.pid()).devices.size(), 1u);
 }
 
 TEST(ControlProcess, ClearBringsReservedDownToLive) {
