@@ -1,4 +1,4 @@
-// For `gpumem ps`: what the gpumem allocators of the listed processes hold (through the control channel),
+// For `gpumem ps` and `gpumem info`: what the gpumem allocators of the listed processes hold (through the control channel),
 // beside what NVML charges each process; the difference is memory outside the allocator (CUDA context,
 // cuBLAS workspaces, NCCL). Processes without a gpumem control socket are left out, silently.
 #pragma once

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "control/client.hpp"
+#include "nvml/fake_nvml_env.hpp"
 
 namespace gpumem::control {
 namespace {
@@ -248,6 +249,29 @@ TEST(ControlProcess, StopEndsAProgramWithoutAHandler) {
   EXPECT_EQ(rc, 0) << out;
   int status = t.wait_exit();
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT);
+}
+
+TEST(ControlProcess, PsAndInfoShowWhatNvmlChargesBeyondTheAllocator) {
+  ControlDir dir;
+  Target t({"GPUMEM_HOST_CAPACITY=256MiB"});
+  ASSERT_EQ(t.ask("alloc 10485760"), "ok");  // 10 MiB live, 10 MiB reserved (+2 MiB small pool cached)
+  std::int64_t reserved = t.self_stats()["reserved"];
+  std::string scenario = "gpu name=\"NVIDIA H100 80GB HBM3\" total_mib=81559 reserved_mib=512 used_mib=1500\n"
+                         "proc gpu=0 pid=" + std::to_string(t.pid()) + " used_mib=600\n";
+  std::string env = "GPUMEM_NVML_LIBRARY=" + gpumem::testing::fake_nvml_path() + " GPUMEM_FAKE_NVML_SCENARIO=" +
+                    gpumem::testing::write_scenario("control_ps", scenario) + " ";
+  for (const char* command : {"ps", "info"}) {
+    auto [rc, out] = shell("env " + env + kGpumem + " " + command + " --json");
+    ASSERT_EQ(rc, 0) << out;
+    auto rows = nlohmann::json::parse(out)["gpumem_allocators"];
+    ASSERT_EQ(rows.size(), 1u) << command;
+    EXPECT_EQ(rows[0]["pid"], t.pid());
+    EXPECT_EQ(rows[0]["allocated_bytes"], 10 * MiB);
+    EXPECT_EQ(rows[0]["reserved_bytes"], reserved);
+    EXPECT_EQ(rows[0]["beyond_reserved_bytes"].get<std::int64_t>(), 600 * MiB - reserved) << command;
+  }
+  auto [rc, text] = shell("env " + env + kGpumem + " ps");
+  EXPECT_NE(text.find("BEYOND RESERVED"), std::string::npos) << text;
 }
 
 }  // namespace
