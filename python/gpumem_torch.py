@@ -20,7 +20,7 @@ __all__ = [
     "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats", "memory_stats", "memory_summary",
     "empty_cache", "set_per_process_memory_fraction", "set_limit", "mem_get_info", "backend_name",
     "allocate", "deallocate", "record_stream", "get_per_process_memory_fraction", "reset_accumulated_memory_stats",
-    "cache_info", "oom_marker", "is_out_of_memory", "attach_out_of_memory_observer",
+    "cache_info", "oom_marker", "is_out_of_memory", "attach_out_of_memory_observer", "on_stop",
 ]
 
 
@@ -93,6 +93,7 @@ def _load():
         "gpumem_reset_accumulated_memory_stats": (c.c_int, [c.c_int]),
         "gpumem_cache_info": (c.c_int, [c.c_int, c.POINTER(c.c_size_t)]),
         "gpumem_torch_enable_cache_info": (c.c_int, []),
+        "gpumem_stop_requested": (c.c_int, []),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -295,6 +296,25 @@ def _patch_torch_internals(torch):
         if module is not None:
             module.get_per_process_memory_fraction = get_per_process_memory_fraction
             module.reset_accumulated_memory_stats = reset_accumulated_memory_stats
+
+
+def on_stop(fn):
+    """Run fn() in the main thread when `gpumem stop PID` asks this process to stop, instead of raising
+    KeyboardInterrupt there (e.g. to save a checkpoint and leave the training loop). Ctrl-C keeps its
+    usual meaning. The cache has already been released when fn runs."""
+    import signal
+    lib = _load()
+    previous = signal.getsignal(signal.SIGINT)
+
+    def handler(signum, frame):
+        if lib.gpumem_stop_requested():
+            fn()
+        elif callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
 
 
 def is_installed():

@@ -161,6 +161,8 @@ if [[ "${GPU_CHECK_TORCH:-1}" != 0 ]]; then
   step "11 host cost through torch.empty (1, 64 MiB)" 300 python3 bench/gpu/torch_host_cost.py --gpumem "$BIN/gpumem" \
     --json "$RES/torch_host_cost.json"
 fi
+# 12 control channel: clear / limit / stop on a training process, cooperative release between two (issue 9).
+step "12 control channel (clear, limit, stop, cooperative)" 400 python3 bench/gpu/control_check.py "$BIN/gpumem"
 
 # 8 what a person sees: the monitor commands on this machine, with a PyTorch process holding memory.
 echo; echo "== 8 sample output"

@@ -90,6 +90,9 @@ long gpumem_pool_live_blocks(int device, unsigned long long a, unsigned long lon
 long gpumem_pool_checkpoint(int device, unsigned long long a, unsigned long long b);
 long gpumem_pool_restore(long handle, uintptr_t* out, size_t cap);
 int gpumem_pool_checkpoint_free(long handle);
+/* 1 once `gpumem stop PID` asked this process to stop (it then also gets SIGINT), else 0: a SIGINT handler
+ * can tell a stop request from Ctrl-C. */
+int gpumem_stop_requested(void);
 
 /* torch.cuda-style queries; device -1 means current. */
 size_t gpumem_memory_allocated(int device);
