@@ -123,6 +123,7 @@ SampleSet Sampler::sample() {
       id.name = opt(nvml.name(ref.device));
       id.uuid = opt(nvml.uuid(ref.device));
       id.bus_id = opt(nvml.pci_bus_id(ref.device));
+      id.minor = opt(nvml.minor_number(ref.device));
       id.max_clock_graphics_mhz = opt(nvml.max_clock_mhz(ref.device, nvml::abi::kClockGraphics));
       id.max_clock_sm_mhz = opt(nvml.max_clock_mhz(ref.device, nvml::abi::kClockSm));
       id.max_clock_memory_mhz = opt(nvml.max_clock_mhz(ref.device, nvml::abi::kClockMem));
@@ -131,6 +132,7 @@ SampleSet Sampler::sample() {
     s.name = id.name;
     s.uuid = id.uuid;
     s.bus_id = id.bus_id;
+    s.minor = id.minor;
     s.max_clock_graphics_mhz = id.max_clock_graphics_mhz;
     s.max_clock_sm_mhz = id.max_clock_sm_mhz;
     s.max_clock_memory_mhz = id.max_clock_memory_mhz;
