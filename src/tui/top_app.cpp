@@ -60,6 +60,11 @@ struct CursesSession {
   }
   ~CursesSession() {
     endwin();
+    // endwin() leaves the cursor hidden under tmux (its alternate screen keeps the mode): show it.
+    if (const char* cnorm = tigetstr(const_cast<char*>("cnorm")); cnorm && cnorm != reinterpret_cast<char*>(-1)) {
+      std::fputs(cnorm, stdout);
+      std::fflush(stdout);
+    }
     for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGFPE}) signal(sig, SIG_DFL);
   }
 };
