@@ -22,6 +22,9 @@ std::vector<CommandSpec>& command_registry();
 // verbatim (run: its options end where the program's begin).
 std::vector<std::string>& raw_arguments();
 
+// `gpumem` alone: declares --json / --watch on the main app and returns the summary's runner.
+CommandRunner setup_summary(CLI::App& app);
+
 struct CommandRegistration {
   explicit CommandRegistration(CommandSpec spec) { command_registry().push_back(std::move(spec)); }
 };

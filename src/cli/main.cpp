@@ -36,7 +36,8 @@ int main(int argc, char** argv) {
   raw_arguments().assign(argv, argv + argc);
   CLI::App app{"gpumem: see, explain and control GPU memory"};
   app.footer(kExitCodeHelp);
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);  // none: the one-shot summary
+  CommandRunner summary = setup_summary(app);
   app.set_version_flag("--version", "gpumem 0.1.0");
   auto& registry = command_registry();
   std::sort(registry.begin(), registry.end(),
@@ -80,5 +81,10 @@ int main(int argc, char** argv) {
     }
     return finish(sub->get_name(), code);
   }
-  return kExitUsage;
+  try {
+    return summary();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpumem: %s\n", e.what());
+    return kExitFailure;
+  }
 }
