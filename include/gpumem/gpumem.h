@@ -76,6 +76,17 @@ int gpumem_backend_name(int device, char* buf, size_t len);
 int gpumem_trace_start(const char* path);
 long gpumem_trace_stop(void);
 
+/* CUDA IPC: sharing an allocation with another process (torch.multiprocessing does it through
+ * gpumem_torch). gpumem_ipc_export describes the live allocation starting at ptr as JSON in buf (same
+ * buffer rules as gpumem_memory_summary), naming new file descriptors that belong to the caller: send them
+ * over a Unix socket (SCM_RIGHTS) and close them. If buf is too small the descriptors are closed again and
+ * the needed length returned: call again with room. The exporter keeps the allocation alive while the
+ * receiver uses it. gpumem_ipc_open maps such a description, with the receiver's descriptor numbers (it
+ * duplicates them; close yours), and gives its address in this process; gpumem_ipc_close lets it go. */
+int gpumem_ipc_export(void* ptr, char* buf, size_t len);
+int gpumem_ipc_open(int device, const char* description, void** out);
+int gpumem_ipc_close(void* ptr);
+
 /* torch.cuda-style queries; device -1 means current. */
 size_t gpumem_memory_allocated(int device);
 size_t gpumem_memory_reserved(int device);
