@@ -122,6 +122,21 @@ class Allocator {
   // Largest block that could be handed out without asking the device for more.
   std::size_t largest_free_block() const;
 
+  // Sharing a live allocation with another process (CUDA IPC): the whole pages holding it, as ranges of
+  // chunks the backend exported (descriptors owned by the caller). The caller keeps the allocation alive
+  // while the other process uses it. Throws gpumem::Error when ptr is not the start of a live allocation
+  // or lies in a plain segment, BackendError when the backend cannot share.
+  struct SharedPiece {
+    std::vector<int> fds;  // Backend::export_chunk of the whole chunk
+    std::size_t chunk_bytes = 0, offset = 0, bytes = 0;
+  };
+  struct SharedAllocation {
+    std::size_t offset = 0;  // of ptr from the start of the first page
+    std::size_t bytes = 0;   // the pages, in all
+    std::vector<SharedPiece> pieces;
+  };
+  SharedAllocation export_allocation(const void* ptr);
+
   Backend& backend() const;
   const AllocatorConfig& config() const;
 

@@ -93,6 +93,16 @@ int gpumem_pool_checkpoint_free(long handle);
 /* 1 once `gpumem stop PID` asked this process to stop (it then also gets SIGINT), else 0: a SIGINT handler
  * can tell a stop request from Ctrl-C. */
 int gpumem_stop_requested(void);
+/* CUDA IPC: sharing an allocation with another process (torch.multiprocessing does it through
+ * gpumem_torch). gpumem_ipc_export describes the live allocation starting at ptr as JSON in buf (same
+ * buffer rules as gpumem_memory_summary), naming new file descriptors that belong to the caller: send them
+ * over a Unix socket (SCM_RIGHTS) and close them. If buf is too small the descriptors are closed again and
+ * the needed length returned: call again with room. The exporter keeps the allocation alive while the
+ * receiver uses it. gpumem_ipc_open maps such a description, with the receiver's descriptor numbers (it
+ * duplicates them; close yours), and gives its address in this process; gpumem_ipc_close lets it go. */
+int gpumem_ipc_export(void* ptr, char* buf, size_t len);
+int gpumem_ipc_open(int device, const char* description, void** out);
+int gpumem_ipc_close(void* ptr);
 
 /* torch.cuda-style queries; device -1 means current. */
 size_t gpumem_memory_allocated(int device);

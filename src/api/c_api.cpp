@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <unistd.h>
 #include <exception>
 #include <limits>
 #include <stdexcept>
@@ -11,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/ipc.hpp"
 #include "api/registry_internal.hpp"
 #include "api/status.hpp"
 #include "api/torch_oom.hpp"
@@ -276,6 +278,31 @@ int gpumem_memory_stats_json(int device, char* buf, size_t len) {
 
 int gpumem_memory_summary(int device, char* buf, size_t len) {
   return guarded_text(buf, len, [&] { return memory_summary(device); });
+}
+
+int gpumem_ipc_export(void* ptr, char* buf, size_t len) {
+  try {
+    api::ExportedAllocation e = api::ipc_export(ptr);
+    if (!buf || len <= e.json.size()) {
+      for (int fd : e.fds) close(fd);  // the caller asks again with room: fresh descriptors then
+    }
+    return copy_out(e.json, buf, len);
+  } catch (...) {
+    return status_of_current_exception();
+  }
+}
+
+int gpumem_ipc_open(int device, const char* description, void** out) {
+  if (!out || !description) {
+    tls_last_error = "gpumem_ipc_open: description and out must not be NULL";
+    return GPUMEM_E_INVALID;
+  }
+  *out = nullptr;
+  return guarded([&] { *out = api::ipc_open(device, description); });
+}
+
+int gpumem_ipc_close(void* ptr) {
+  return guarded([&] { api::ipc_close(ptr); });
 }
 
 }  // extern "C"

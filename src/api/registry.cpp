@@ -182,6 +182,21 @@ std::pair<void*, std::size_t> live_block_containing(const void* ptr) noexcept {
   return {nullptr, 0};
 }
 
+std::shared_ptr<Backend> make_backend(int device) {
+  device = resolve(device);
+  Registry& r = registry();
+  BackendFactory factory;
+  {
+    std::lock_guard lock(r.mutex);
+    r.factory_used = true;
+    factory = r.factory;
+  }
+  std::shared_ptr<Backend> backend = factory ? factory(device) : backend_from_environment(device);
+  if (!backend) throw BackendUnavailableError("gpumem: the backend factory returned no backend for device " +
+                                              std::to_string(device));
+  return backend;
+}
+
 void set_current_device(int device) {
   if (device < 0 || device >= kMaxDevices)
     throw std::invalid_argument("gpumem: device index " + std::to_string(device) + " is out of range (0.." +

@@ -1,5 +1,7 @@
 #include "gpumem/allocator.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -418,6 +420,40 @@ std::pair<void*, std::size_t> Allocator::live_block_containing(const void* ptr) 
 }
 
 std::size_t Allocator::largest_free_block() const { return impl_->largest_free(); }
+
+Allocator::SharedAllocation Allocator::export_allocation(const void* ptr) {
+  Impl& d = *impl_;
+  if (!d.backend->supports_sharing())
+    throw BackendError(std::string("gpumem: the ") + d.backend->name() + " backend cannot share memory with other processes");
+  SharedAllocation out;
+  const auto addr = reinterpret_cast<DevicePtr>(ptr);
+  bool found = d.with_live_block(addr, 0, [&](StreamPool& pool, Block* b) {
+    if (b->addr != addr) throw Error("gpumem: only the start of an allocation can be shared");
+    const std::size_t page = d.backend->granularity();
+    const DevicePtr start = b->addr / page * page, end = (b->end() + page - 1) / page * page;
+    const engine::Arena& arena = pool.arena(b->small).owns(b->addr) ? pool.arena(b->small) : pool.arena(!b->small);
+    std::vector<engine::Piece> pieces = arena.pieces_behind(start, end - start);
+    out.offset = b->addr - start;
+    out.bytes = end - start;
+    std::lock_guard lock(d.physical.mutex());
+    try {
+      for (const engine::Piece& p : pieces) {
+        SharedPiece s;
+        s.chunk_bytes = d.physical.bytes_of(p.chunk);
+        s.offset = p.offset;
+        s.bytes = p.bytes;
+        s.fds = d.backend->export_chunk(d.physical.handle_of(p.chunk));
+        out.pieces.push_back(std::move(s));
+      }
+    } catch (...) {
+      for (auto& s : out.pieces)
+        for (int fd : s.fds) ::close(fd);
+      throw;
+    }
+  });
+  if (!found) throw Error("gpumem: share of a pointer that is not a live allocation of this allocator");
+  return out;
+}
 
 Backend& Allocator::backend() const { return *impl_->backend; }
 const AllocatorConfig& Allocator::config() const { return impl_->config; }

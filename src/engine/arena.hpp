@@ -74,6 +74,9 @@ class Arena {
       for (Block* b = r->first; b; b = b->next) fn(*r, b);
   }
   bool owns(DevicePtr p) const noexcept;
+  // The physical pieces behind [start, start+bytes), page-aligned and mapped, in address order; throws
+  // gpumem::Error when that memory is a plain segment (no pieces to share).
+  std::vector<Piece> pieces_behind(DevicePtr start, std::size_t bytes) const;
   // Throws gpumem::Error at the first broken invariant.
   void check_invariants() const;
 

@@ -279,6 +279,67 @@ class TorchMemoryApi(unittest.TestCase):
                 self.assertEqual(r.returncode, code, r.stderr)
 
 
+IPC_PROGRAM = """
+import ctypes, multiprocessing as mp, sys
+import gpumem_torch as gt
+
+MiB = 1 << 20
+
+
+def child(queue, done):
+    shared = queue.get()
+    opened = shared.open()
+    seen = ctypes.string_at(opened.address, 3 * MiB)
+    ctypes.memset(opened.address + MiB, 0x33, MiB)   # written here, read by the exporter
+    done.put((seen.count(b"\\x5a"), opened.nbytes, opened.address))
+    queue.get()                                        # hold the memory until told to let go
+    opened.close()
+    done.put("closed")
+
+
+if __name__ == "__main__":
+    ctx = mp.get_context(sys.argv[1])
+    gt.set_limit(4 * MiB, 0)                           # two 2 MiB chunks, then one block across both
+    a, b = gt.allocate(2 * MiB, 0), gt.allocate(2 * MiB, 0)
+    gt.deallocate(a, 0), gt.deallocate(b, 0)
+    p = gt.allocate(3 * MiB, 0)
+    ctypes.memset(p, 0x5a, 3 * MiB)
+    queue, done = ctx.Queue(), ctx.Queue()
+    proc = ctx.Process(target=child, args=(queue, done))
+    proc.start()
+    shared = gt.SharedAllocation(p, 0, owner="the storage")
+    assert len(shared._description["pieces"]) >= 2, shared._description
+    queue.put(shared)
+    count, nbytes, address = done.get(timeout=60)
+    assert count == 3 * MiB and nbytes >= 3 * MiB and address != p, (count, nbytes)
+    assert ctypes.string_at(p + MiB, MiB) == b"\\x33" * MiB
+    gt._collect_exported()
+    assert [owner for _, owner in gt._exported] == ["the storage"], gt._exported   # receiver still holds it
+    queue.put("let go")
+    assert done.get(timeout=60) == "closed"
+    proc.join(60)
+    assert proc.exitcode == 0, proc.exitcode
+    gt._collect_exported()
+    assert gt._exported == [], gt._exported
+    print("OK")
+"""
+
+
+class SharingBetweenProcesses(unittest.TestCase):
+    """CUDA IPC's shim layer on the host backend: a stitched allocation pickled through multiprocessing
+    (descriptors as DupFd), opened, read and written by a spawned process; the exporter's keep-alive."""
+
+    def test_spawned_process_reads_and_writes_a_stitched_allocation(self):
+        with tempfile.TemporaryDirectory() as d:
+            prog = os.path.join(d, "ipc.py")
+            with open(prog, "w") as f:
+                f.write(IPC_PROGRAM)
+            env = dict(os.environ, PYTHONPATH=BUILD)
+            r = subprocess.run([sys.executable, prog, "spawn"], env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("OK", r.stdout)
+
+
 def _real_torch_cuda():
     try:
         import importlib.util
