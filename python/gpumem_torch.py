@@ -19,7 +19,7 @@ __all__ = [
     "GpumemError", "OutOfMemoryError", "install", "is_installed", "memory_allocated", "max_memory_allocated",
     "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats", "memory_stats", "memory_summary",
     "empty_cache", "set_per_process_memory_fraction", "set_limit", "mem_get_info", "backend_name",
-    "allocate", "deallocate", "record_stream",
+    "allocate", "deallocate", "record_stream", "on_stop",
 ]
 
 
@@ -77,6 +77,7 @@ def _load():
         "gpumem_mem_get_info": (c.c_int, [c.c_int, c.POINTER(c.c_size_t), c.POINTER(c.c_size_t)]),
         "gpumem_memory_stats_json": (c.c_int, [c.c_int, c.c_char_p, c.c_size_t]),
         "gpumem_memory_summary": (c.c_int, [c.c_int, c.c_char_p, c.c_size_t]),
+        "gpumem_stop_requested": (c.c_int, []),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -180,6 +181,25 @@ def deallocate(ptr, device=None, stream=0):
 
 def record_stream(ptr, stream):
     _check(_load().gpumem_record_stream_checked(ctypes.c_void_p(ptr or None), ctypes.c_void_p(stream or None)))
+
+
+def on_stop(fn):
+    """Run fn() in the main thread when `gpumem stop PID` asks this process to stop, instead of raising
+    KeyboardInterrupt there (e.g. to save a checkpoint and leave the training loop). Ctrl-C keeps its
+    usual meaning. The cache has already been released when fn runs."""
+    import signal
+    lib = _load()
+    previous = signal.getsignal(signal.SIGINT)
+
+    def handler(signum, frame):
+        if lib.gpumem_stop_requested():
+            fn()
+        elif callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
 
 
 def is_installed():

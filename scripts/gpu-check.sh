@@ -152,6 +152,9 @@ if (( $(nvidia-smi -L | wc -l) >= 2 )); then
   step "9 multi-GPU: one allocator per device" 120 "$BIN/gpumem" run -- python3 bench/gpu/multi_gpu.py
 fi
 
+# 10 control channel: clear / limit / stop on a training process, cooperative release between two (issue 9).
+step "10 control channel (clear, limit, stop, cooperative)" 400 python3 bench/gpu/control_check.py "$BIN/gpumem"
+
 # 8 what a person sees: the monitor commands on this machine, with a PyTorch process holding memory.
 echo; echo "== 8 sample output"
 python3 -c 'import torch, time; x = torch.empty(3 << 30, dtype=torch.uint8, device="cuda"); time.sleep(30)' &

@@ -82,6 +82,13 @@ class Allocator {
   using ErrorHandler = std::function<void(const std::string&)>;
   void set_error_handler(ErrorHandler handler);
 
+  // Cooperative release: when the device itself is full (not this allocator's limit) even after its own
+  // cache was released, the hook is asked to get memory freed elsewhere (other processes' caches) and
+  // returns whether any was; then the allocation is tried once more. The engine knows nothing of how.
+  // Set it before the allocator is shared among threads; it is called without any allocator lock held.
+  using ReleaseOthersHook = std::function<bool(std::size_t bytes)>;
+  void set_release_others_hook(ReleaseOthersHook hook);
+
   // Checks every internal invariant (block list, free lists, page accounting, stats); throws
   // gpumem::Error describing the first violation. For tests; O(blocks).
   void check_invariants() const;

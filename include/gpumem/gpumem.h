@@ -53,6 +53,10 @@ int gpumem_backend_name(int device, char* buf, size_t len);
 int gpumem_trace_start(const char* path);
 long gpumem_trace_stop(void);
 
+/* 1 once `gpumem stop PID` asked this process to stop (it then also gets SIGINT), else 0: a SIGINT handler
+ * can tell a stop request from Ctrl-C. */
+int gpumem_stop_requested(void);
+
 /* torch.cuda-style queries; device -1 means current. */
 size_t gpumem_memory_allocated(int device);
 size_t gpumem_memory_reserved(int device);

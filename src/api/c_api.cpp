@@ -11,6 +11,7 @@
 
 #include "api/registry_internal.hpp"
 #include "api/trace_recorder.hpp"
+#include "control/server.hpp"
 #include "gpumem/memory.hpp"
 
 namespace {
@@ -213,6 +214,8 @@ int gpumem_set_current_device(int device) {
 int gpumem_backend_name(int device, char* buf, size_t len) {
   return guarded_text(buf, len, [&] { return std::string(default_allocator(device).backend().name()); });
 }
+
+int gpumem_stop_requested(void) { return control::stop_requested() ? 1 : 0; }
 
 size_t gpumem_memory_allocated(int device) {
   return guarded_size([&] { return memory_allocated(device); });

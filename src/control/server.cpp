@@ -138,8 +138,11 @@ void serve_forever(int listen_fd) {
   }
 }
 
+pid_t g_server_pid = 0;
+
+// A forked child (DataLoader workers) inherits this handler but not the socket: only the owner removes it.
 void unlink_at_exit() {
-  if (!g_socket_path.empty()) unlink(g_socket_path.c_str());
+  if (!g_socket_path.empty() && getpid() == g_server_pid) unlink(g_socket_path.c_str());
 }
 
 // Sockets named for processes that are gone are removed so nobody connects to a recycled pid's socket.
@@ -205,6 +208,7 @@ bool start_server(ServerHooks hooks, std::string& why) {
   }
   g_hooks = new ServerHooks(std::move(hooks));
   g_socket_path = path;
+  g_server_pid = getpid();
   // The thread must not take signals meant for the program (SIGINT belongs to its main thread).
   sigset_t all, old;
   sigfillset(&all);

@@ -32,6 +32,7 @@ struct Allocator::Impl {
   std::atomic<std::int64_t> alloc_retries{0}, ooms{0}, invalid_frees{0}, sync_all{0};
   std::mutex handler_mutex;
   ErrorHandler error_handler;
+  ReleaseOthersHook release_others;  // set before the allocator is shared (see allocator.hpp)
 
   Impl(std::shared_ptr<Backend> b, AllocatorConfig c) : backend(std::move(b)), config(c), physical(*backend) {
     physical.set_limit(config.limit_bytes);
@@ -196,8 +197,21 @@ void* Allocator::allocate_after_releasing_cache(std::size_t bytes, StreamId stre
       failure = e.what();
     }
   }
+  // The device is full rather than our own limit: others may give back memory they only cache.
+  std::size_t cap = limit();
+  bool under_limit = cap == 0 || std::size_t(stats().reserved_bytes[kAggregatePool].current) + bytes <= cap;
+  if (d.release_others && under_limit && d.release_others(bytes)) {
+    std::lock_guard lock(pool.lock());
+    try {
+      return reinterpret_cast<void*>(pool.allocate(bytes)->addr);
+    } catch (const OutOfMemoryError& e) {
+      failure = e.what();
+    }
+  }
   d.throw_oom(bytes, stream, failure);
 }
+
+void Allocator::set_release_others_hook(ReleaseOthersHook hook) { impl_->release_others = std::move(hook); }
 
 FreeResult Allocator::try_deallocate(void* ptr, StreamId stream) noexcept {
   if (!ptr) return FreeResult::null_pointer;
