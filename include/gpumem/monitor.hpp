@@ -23,6 +23,7 @@ struct GpuSample {
   unsigned index = 0;
   std::string error;  // non-empty when the GPU cannot be reached at all ("GPU is lost")
   std::optional<std::string> name, uuid, bus_id;
+  std::optional<unsigned> minor;  // N of /dev/nvidiaN
   std::optional<unsigned long long> memory_total, memory_used, memory_free;
   std::optional<unsigned long long> memory_reserved;  // driver/firmware memory (NVML memory v2 only)
   std::optional<unsigned> util_gpu, util_memory;      // percent over the driver's last sample period

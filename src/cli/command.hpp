@@ -19,6 +19,9 @@ struct CommandSpec {
 
 std::vector<CommandSpec>& command_registry();
 
+// `gpumem` alone: declares --json / --watch on the main app and returns the summary's runner.
+CommandRunner setup_summary(CLI::App& app);
+
 struct CommandRegistration {
   explicit CommandRegistration(CommandSpec spec) { command_registry().push_back(std::move(spec)); }
 };

@@ -17,7 +17,8 @@ int main(int argc, char** argv) {
   using namespace gpumem::cli;
   CLI::App app{"gpumem: see, explain and control GPU memory"};
   app.footer(kExitCodeHelp);
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);  // none: the one-shot summary
+  CommandRunner summary = setup_summary(app);
   app.set_version_flag("--version", "gpumem 0.1.0");
   auto& registry = command_registry();
   std::sort(registry.begin(), registry.end(),
@@ -50,5 +51,10 @@ int main(int argc, char** argv) {
       return kExitFailure;
     }
   }
-  return kExitUsage;
+  try {
+    return summary();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpumem: %s\n", e.what());
+    return kExitFailure;
+  }
 }
