@@ -20,10 +20,15 @@ std::size_t Arena::lend(std::size_t bytes, const Block* keep, std::vector<Piece>
     std::size_t bytes;
   };
   std::vector<Candidate> candidates;
-  free_.for_each_at_least(granularity_, [&](Block* b) {
-    if (b == keep || b->region->plain) return;
+  // The largest size classes first, only until they cover the need: a stitch costs no full scan.
+  std::size_t covered = 0;
+  free_.for_each_largest_first(granularity_, [&](Block* b) {
+    if (b == keep || b->region->plain) return false;
     DevicePtr start = round_up(b->addr, granularity_), end = b->end() / granularity_ * granularity_;
-    if (end > start) candidates.push_back({b, start, end - start});
+    if (end <= start) return false;
+    candidates.push_back({b, start, end - start});
+    covered += end - start;
+    return covered >= bytes;
   });
   // Fewest map calls: the largest free ranges first, the last one only as far as needed.
   std::sort(candidates.begin(), candidates.end(),
