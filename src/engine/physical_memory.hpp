@@ -56,6 +56,8 @@ class PhysicalMemory {
   std::size_t lend_foreign(std::size_t bytes, const void* asking, std::vector<Piece>& out) {
     return foreign_lender_ ? foreign_lender_(bytes, asking, out) : 0;
   }
+  ChunkHandle handle_of(std::size_t chunk) const { return chunks_[chunk].handle; }
+  std::size_t bytes_of(std::size_t chunk) const { return chunks_[chunk].bytes; }
 
   bool would_exceed_limit(std::size_t more) const { return limit_ && reserved_ + more > limit_; }
 
