@@ -61,6 +61,9 @@ nlohmann::json to_json(const Trace& t, const ReplayResult& r, double parse_secon
       {"chunk_releases", r.calls.chunk_releases},
       {"plain_allocs", r.calls.plain_allocs},
       {"plain_frees", r.calls.plain_frees},
+      {"driver_calls", r.calls.driver_calls()},
+      {"access_sets", r.calls.access_sets},
+      {"pytorch_segment_allocs", s.recorded_segment_allocs},
       {"peak_allocated", r.peak_allocated},
       {"ooms", r.ooms},
       {"capacity", r.capacity},
@@ -107,6 +110,10 @@ void print_table(const Trace& t, const ReplayResult& r, double parse_seconds) {
   row("device calls", fmt::format("{} ({} creates, {} maps, {} unmaps)", grouped(r.calls.device_calls()),
                                   grouped(r.calls.creates), grouped(r.calls.maps), grouped(r.calls.unmaps)),
       fmt::format("{} segment allocations", s.recorded_segment_allocs));
+  row("driver calls", fmt::format("{} ({} page creates, {} page maps, {} access-settings)", grouped(r.calls.driver_calls()),
+                                  grouped(r.calls.driver_creates), grouped(r.calls.driver_maps),
+                                  grouped(r.calls.access_sets)),
+      "as CUDA would make them");
   row("OOMs", grouped(r.ooms), "");
   row("parse", milliseconds(parse_seconds), "");
   row("replay", fmt::format("{}, {:.0f} ns/event ({:.1f} M events/s)", milliseconds(r.seconds), r.ns_per_event(),
