@@ -4,6 +4,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,13 @@ std::vector<CommandSpec>& command_registry();
 // This process's arguments as given, set by main before parsing, for a command that must read its words
 // verbatim (run: its options end where the program's begin).
 std::vector<std::string>& raw_arguments();
+
+// The gpumem app with every registered command (in --help order) and the runner of each.
+struct CliApp {
+  std::unique_ptr<CLI::App> app;
+  std::vector<std::pair<CLI::App*, CommandRunner>> runners;
+};
+CliApp make_cli_app();
 
 struct CommandRegistration {
   explicit CommandRegistration(CommandSpec spec) { command_registry().push_back(std::move(spec)); }
