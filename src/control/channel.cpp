@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -73,7 +74,9 @@ std::vector<std::string> candidate_socket_dirs(bool every_user) {
   };
   if (DIR* tmp = opendir("/tmp")) {
     while (dirent* e = readdir(tmp))
-      if (std::strncmp(e->d_name, "gpumem-", 7) == 0) add(std::string("/tmp/") + e->d_name);
+      if (std::strncmp(e->d_name, "gpumem-", 7) == 0 && e->d_name[7] &&
+          std::strspn(e->d_name + 7, "0123456789") == std::strlen(e->d_name + 7))
+        add(std::string("/tmp/") + e->d_name);
     closedir(tmp);
   }
   if (DIR* run = opendir("/run/user")) {
@@ -95,7 +98,18 @@ std::optional<PeerCred> peer_cred(int fd) {
   return PeerCred{int(cred.pid), cred.uid};
 }
 
-bool process_alive(int pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+bool process_alive(int pid) {
+  if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM)) return false;
+  // A zombie has ended; only its parent has not collected it yet.
+  std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  char buf[512] = {};
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) return true;
+  std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  const char* paren = std::strrchr(buf, ')');
+  return !(n > 0 && paren && paren[1] == ' ' && paren[2] == 'Z');
+}
 
 bool send_frame(int fd, const std::string& body, Clock::time_point deadline, std::string& error) {
   std::string data = frame(body);

@@ -112,8 +112,11 @@ nlohmann::json call(int pid, const nlohmann::json& request, std::chrono::millise
     throw ControlError(FailureKind::not_gpumem, pid,
                        who(pid) + "'s socket is served by another process; it is not trusted");
   std::string error, body;
-  if (!send_frame(fd.fd, request.dump(), deadline, error) ||
-      !recv_frame(fd.fd, body, kMaxAnswerBytes, deadline, error)) {
+  // A send that fails may still have an answer waiting (a server refuses before reading): read it anyway.
+  bool sent = send_frame(fd.fd, to_wire(request), deadline, error);
+  std::string send_error = error;
+  if (!recv_frame(fd.fd, body, kMaxAnswerBytes, deadline, error)) {
+    if (!sent) error = send_error;
     if (!process_alive(pid)) throw ControlError(FailureKind::gone, pid, who(pid) + " ended before it answered");
     throw ControlError(FailureKind::no_answer, pid,
                        who(pid) + " did not answer within " + std::to_string(timeout.count()) + " ms (" + error + ")");

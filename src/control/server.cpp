@@ -109,12 +109,12 @@ void serve_one(int fd, const ServerHooks& hooks) {
   std::string error;
   std::optional<PeerCred> peer = peer_cred(fd);
   if (!peer || !peer_allowed(peer->uid, getuid())) {
-    send_frame(fd, error_answer("refused: the caller runs as another user").dump(), deadline, error);
+    send_frame(fd, to_wire(error_answer("refused: the caller runs as another user")), deadline, error);
     return;
   }
   std::string body;
   if (!recv_frame(fd, body, kMaxRequestBytes, deadline, error)) {
-    send_frame(fd, error_answer("bad request: " + error).dump(), deadline, error);
+    send_frame(fd, to_wire(error_answer("bad request: " + error)), deadline, error);
     return;
   }
   bool is_stop = false;
@@ -138,8 +138,11 @@ void serve_forever(int listen_fd) {
   }
 }
 
+pid_t g_server_pid = 0;
+
+// A forked child (DataLoader workers) inherits this handler but not the socket: only the owner removes it.
 void unlink_at_exit() {
-  if (!g_socket_path.empty()) unlink(g_socket_path.c_str());
+  if (!g_socket_path.empty() && getpid() == g_server_pid) unlink(g_socket_path.c_str());
 }
 
 // Sockets named for processes that are gone are removed so nobody connects to a recycled pid's socket.
@@ -160,14 +163,14 @@ void remove_stale_sockets(const std::string& dir) {
 std::string handle_request_body(const std::string& body, const ServerHooks& hooks, bool* is_stop) {
   std::string error;
   std::optional<Request> request = parse_request(body, error);
-  if (!request) return error_answer("bad request: " + error).dump();
+  if (!request) return to_wire(error_answer("bad request: " + error));
   if (is_stop) *is_stop = request->op == Op::stop;
   try {
-    return answer(*request, hooks).dump();
+    return to_wire(answer(*request, hooks));
   } catch (const std::exception& e) {
-    return error_answer(e.what()).dump();
+    return to_wire(error_answer(e.what()));
   } catch (...) {
-    return error_answer("internal error").dump();
+    return to_wire(error_answer("internal error"));
   }
 }
 
@@ -205,6 +208,7 @@ bool start_server(ServerHooks hooks, std::string& why) {
   }
   g_hooks = new ServerHooks(std::move(hooks));
   g_socket_path = path;
+  g_server_pid = getpid();
   // The thread must not take signals meant for the program (SIGINT belongs to its main thread).
   sigset_t all, old;
   sigfillset(&all);

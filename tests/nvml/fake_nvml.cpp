@@ -351,6 +351,10 @@ EXPORT abi::Return nvmlDeviceGetUtilizationRates(abi::Device d, abi::Utilization
   return rc == abi::kSuccess ? value_as(d, "util_mem", &u->memory, "0") : rc;
 }
 EXPORT abi::Return nvmlDeviceGetPowerUsage(abi::Device d, unsigned* p) { return value_as(d, "power_mw", p, "75430"); }
+EXPORT abi::Return nvmlDeviceGetTotalEnergyConsumption(abi::Device d, unsigned long long* e) {
+  return value_as(d, "energy_mj", e, "123456789");
+}
+EXPORT abi::Return nvmlDeviceGetPcieReplayCounter(abi::Device d, unsigned* n) { return value_as(d, "pcie_replay", n, "0"); }
 EXPORT abi::Return nvmlDeviceGetPowerManagementLimit(abi::Device d, unsigned* p) { return value_as(d, "limit_mw", p, "700000"); }
 EXPORT abi::Return nvmlDeviceGetClockInfo(abi::Device d, unsigned type, unsigned* c) {
   static const char* keys[] = {"clk_gr", "clk_sm", "clk_mem"};
