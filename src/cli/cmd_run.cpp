@@ -185,6 +185,7 @@ int run(const RunArgs& args, const std::vector<std::string>& command) {
   } cleanup{dir};
   write_file(dir / "sitecustomize.py", kSitecustomize);
   fs::copy_file(shim, dir / "gpumem_torch.py");
+  if (fs::exists(bin / "gpumem_ipc.py")) fs::copy_file(bin / "gpumem_ipc.py", dir / "gpumem_ipc.py");  // CUDA IPC
 
   const char* old_path = std::getenv("PYTHONPATH");
   std::string pythonpath = dir.string() + (old_path && *old_path ? ":" + std::string(old_path) : "");
