@@ -20,7 +20,7 @@ __all__ = [
     "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats", "memory_stats", "memory_summary",
     "empty_cache", "set_per_process_memory_fraction", "set_limit", "mem_get_info", "backend_name",
     "allocate", "deallocate", "record_stream", "get_per_process_memory_fraction", "reset_accumulated_memory_stats",
-    "cache_info", "oom_marker", "is_out_of_memory", "attach_out_of_memory_observer",
+    "cache_info", "oom_marker", "is_out_of_memory", "attach_out_of_memory_observer", "on_stop",
 ]
 
 
@@ -78,6 +78,14 @@ def _load():
         "gpumem_mem_get_info": (c.c_int, [c.c_int, c.POINTER(c.c_size_t), c.POINTER(c.c_size_t)]),
         "gpumem_memory_stats_json": (c.c_int, [c.c_int, c.c_char_p, c.c_size_t]),
         "gpumem_memory_summary": (c.c_int, [c.c_int, c.c_char_p, c.c_size_t]),
+        "gpumem_pool_incref": (c.c_int, [c.c_int, c.c_ulonglong, c.c_ulonglong]),
+        "gpumem_pool_release": (c.c_int, [c.c_int, c.c_ulonglong, c.c_ulonglong]),
+        "gpumem_pool_use_count": (c.c_int, [c.c_int, c.c_ulonglong, c.c_ulonglong]),
+        "gpumem_pool_live_blocks": (c.c_long, [c.c_int, c.c_ulonglong, c.c_ulonglong,
+                                               c.POINTER(c.c_size_t), c.c_size_t]),
+        "gpumem_pool_checkpoint": (c.c_long, [c.c_int, c.c_ulonglong, c.c_ulonglong]),
+        "gpumem_pool_restore": (c.c_long, [c.c_long, c.POINTER(c.c_size_t), c.c_size_t]),
+        "gpumem_pool_checkpoint_free": (c.c_int, [c.c_long]),
         "gpumem_oom_marker": (c.c_char_p, []),
         "gpumem_torch_oom_available": (c.c_int, []),
         "gpumem_set_oom_observer": (c.c_int, [c.c_void_p]),
@@ -85,6 +93,7 @@ def _load():
         "gpumem_reset_accumulated_memory_stats": (c.c_int, [c.c_int]),
         "gpumem_cache_info": (c.c_int, [c.c_int, c.POINTER(c.c_size_t)]),
         "gpumem_torch_enable_cache_info": (c.c_int, []),
+        "gpumem_stop_requested": (c.c_int, []),
         "gpumem_ipc_export": (c.c_int, [c.c_void_p, c.c_char_p, c.c_size_t]),  # gpumem_ipc.py
         "gpumem_ipc_open": (c.c_int, [c.c_int, c.c_char_p, c.POINTER(c.c_void_p)]),
         "gpumem_ipc_close": (c.c_int, [c.c_void_p]),
@@ -300,6 +309,25 @@ def _patch_torch_internals(torch):
             module.reset_accumulated_memory_stats = reset_accumulated_memory_stats
 
 
+def on_stop(fn):
+    """Run fn() in the main thread when `gpumem stop PID` asks this process to stop, instead of raising
+    KeyboardInterrupt there (e.g. to save a checkpoint and leave the training loop). Ctrl-C keeps its
+    usual meaning. The cache has already been released when fn runs."""
+    import signal
+    lib = _load()
+    previous = signal.getsignal(signal.SIGINT)
+
+    def handler(signum, frame):
+        if lib.gpumem_stop_requested():
+            fn()
+        elif callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+
+
 def is_installed():
     return _installed
 
@@ -325,7 +353,12 @@ def install(patch_torch=True):
     raw = allocator.allocator()
     hooks = (("set_reset_fn", "gpumem_reset"), ("set_memory_fraction_fn", "gpumem_set_memory_fraction"),
              ("set_record_stream_fn", "gpumem_record_stream"), ("set_base_alloc_fn", "gpumem_base_alloc"),
-             ("set_init_fn", "gpumem_init"))
+             ("set_init_fn", "gpumem_init"), ("set_begin_allocate_to_pool", "gpumem_begin_allocate_to_pool"),
+             ("set_end_allocate_to_pool_fn", "gpumem_end_allocate_to_pool"), ("set_release_pool", "gpumem_release_pool"))
+    if not hasattr(raw, "set_begin_allocate_to_pool"):
+        # Without the pool hooks a CUDA graph's memory would be handed to other tensors: wrong results.
+        raise GpumemError("gpumem: this PyTorch has no CUDA graph pool hooks in its pluggable allocator "
+                          f"(torch {torch.__version__}); gpumem needs PyTorch 2.3 or newer")
     for setter, symbol in hooks:
         if hasattr(raw, setter):
             getattr(raw, setter)(ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value)
@@ -336,6 +369,7 @@ def install(patch_torch=True):
     lib.gpumem_torch_enable_cache_info()  # cuDNN benchmark's cacheInfo(); 0 (not found) leaves PyTorch's
     _torch_allocator = allocator
     _installed = True
+    _install_pool_support(torch)
     if patch_torch:
         this = sys.modules[__name__]
         for name in _TORCH_NAMES:
@@ -344,6 +378,104 @@ def install(patch_torch=True):
         torch.cuda.reset_max_memory_allocated = reset_peak_memory_stats
         torch.cuda.memory.reset_max_memory_allocated = reset_peak_memory_stats
         _patch_torch_internals(torch)
+
+
+# ---- Private pools: torch.cuda.MemPool and what CUDA graph trees (torch.compile mode="reduce-overhead") ask
+# of the allocator. Graph captures themselves reach gpumem through the pool hooks set in install(); these are
+# the calls PyTorch's pluggable allocator refuses, answered from gpumem's pools instead.
+
+_POOL_TAG = 0x67706D << 40  # "gpm": MemPool ids that cannot collide with PyTorch's graph pool handles
+_pool_serial = iter(range(1, 1 << 40))
+_restored_blocks = set()  # blocks a checkpoint restore allocated: PyTorch has no record of them
+
+
+def _addresses(fn, *args):
+    needed = _check(fn(*args, None, 0))
+    out = (ctypes.c_size_t * max(needed, 1))()
+    got = _check(fn(*args, out, needed))
+    return [out[i] for i in range(min(got, needed))]
+
+
+def pool_live_blocks(pool_id, device=None):
+    """Addresses of the blocks the program holds in a private pool."""
+    return _addresses(_load().gpumem_pool_live_blocks, _device(device), int(pool_id[0]), int(pool_id[1]))
+
+
+class _PoolCheckpoint:
+    """What torch._C._cuda_getCheckpointState returns under gpumem: a numbered copy of a pool's blocks."""
+
+    def __init__(self, device, pool_id):
+        self.device = device
+        self.handle = _check(_load().gpumem_pool_checkpoint(device, int(pool_id[0]), int(pool_id[1])))
+
+    def __del__(self):
+        if _lib is not None:
+            _lib.gpumem_pool_checkpoint_free(self.handle)
+
+
+def _check_pool_live_allocations(device, pool_id, live_ptrs):
+    return set(pool_live_blocks(pool_id, device)) == set(live_ptrs)
+
+
+def _get_checkpoint_state(device, pool_id):
+    return _PoolCheckpoint(_device(device), pool_id)
+
+
+def _set_checkpoint_pool_state(device, state, stale_storages, storages_to_add_deleters_to):
+    # PyTorch would also give the live storages deleters; gpumem cannot reach them, so their blocks stay
+    # allocated until the pool's next restore or its release (more memory held, never memory shared).
+    _restored_blocks.update(_addresses(_load().gpumem_pool_restore, state.handle))
+
+
+def _wrap_raw_delete(original):
+    def raw_delete(ptr):
+        if ptr in _restored_blocks:
+            _restored_blocks.discard(ptr)
+            deallocate(ptr)
+        else:
+            original(ptr)
+    return raw_delete
+
+
+class MemPool:
+    """torch.cuda.MemPool under gpumem: a private pool of gpumem's (PyTorch's own MemPool needs its native
+    allocator). Use it as PyTorch documents: torch.cuda.use_mem_pool(pool), torch.cuda.graph(g, pool=pool.id)."""
+
+    def __init__(self, allocator=None, use_on_oom=False, no_split=False):
+        if allocator is not None:
+            raise GpumemError("gpumem: MemPool(allocator=...) cannot be used under gpumem, which is itself the "
+                              "process's allocator; create MemPool() without an allocator")
+        import torch
+        self._device = torch.cuda.current_device()
+        self._id = (_POOL_TAG | next(_pool_serial), 0)
+        self.allocator = None
+        self.use_on_oom, self.no_split = use_on_oom, no_split
+        _check(_load().gpumem_pool_incref(self._device, *self._id))
+
+    @property
+    def id(self):
+        return self._id
+
+    def use_count(self):
+        return _check(_load().gpumem_pool_use_count(self._device, *self._id))
+
+    def snapshot(self, include_traces=True):
+        import torch
+        return torch.cuda.memory.memory_snapshot(self._id, include_traces=include_traces)
+
+    def __del__(self):
+        if _lib is not None and hasattr(self, "_id"):
+            _lib.gpumem_pool_release(self._device, *self._id)
+
+
+def _install_pool_support(torch):
+    C = torch._C
+    C._cuda_checkPoolLiveAllocations = _check_pool_live_allocations
+    C._cuda_getCheckpointState = _get_checkpoint_state
+    C._cuda_setCheckpointPoolState = _set_checkpoint_pool_state
+    C._cuda_cudaCachingAllocator_raw_delete = _wrap_raw_delete(C._cuda_cudaCachingAllocator_raw_delete)
+    torch.cuda.MemPool = MemPool
+    torch.cuda.memory.MemPool = MemPool
 
 
 class _InstallWhenTorchLoads:

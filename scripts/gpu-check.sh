@@ -27,7 +27,7 @@ if [[ "${1:-}" == "--prepare" ]]; then
   for prog in tests/gpu/stream_rule.cu bench/gpu/host_cost.cu; do
     nvcc -O2 -std=c++20 -gencode arch=compute_90,code=sm_90 -Iinclude "$prog" $LIBS -ldl -o "$BIN/$(basename "$prog" .cu)"
   done
-  cp "$BUILD/gpumem" "$BUILD/libgpumem.so" "$BUILD/gpumem_torch.py" "$BUILD/gpumem_ipc.py" "$BUILD/tests/backends/backend_conformance_test" "$BIN/"
+  cp "$BUILD/gpumem" "$BUILD/libgpumem.so" "$BUILD/gpumem_torch.py" "$BUILD/gpumem_ipc.py" "$BUILD/gpumem_sitecustomize.py" "$BUILD/tests/backends/backend_conformance_test" "$BIN/"
   strip "$BIN/gpumem" "$BIN/libgpumem.so" "$BIN/backend_conformance_test" "$BIN/stream_rule" "$BIN/host_cost"
   du -sh "$BIN"
   exit 0
@@ -65,7 +65,7 @@ finish() {
 }
 trap finish EXIT
 
-for f in gpumem libgpumem.so gpumem_torch.py gpumem_ipc.py backend_conformance_test stream_rule host_cost; do
+for f in gpumem libgpumem.so gpumem_torch.py gpumem_ipc.py gpumem_sitecustomize.py backend_conformance_test stream_rule host_cost; do
   [[ -e $BIN/$f ]] || { echo "gpu-check: $BIN/$f is missing: run scripts/gpu-check.sh --prepare and carry $BIN"; exit 1; }
 done
 nvidia-smi -L
@@ -161,6 +161,8 @@ if [[ "${GPU_CHECK_TORCH:-1}" != 0 ]]; then
   step "11 host cost through torch.empty (1, 64 MiB)" 300 python3 bench/gpu/torch_host_cost.py --gpumem "$BIN/gpumem" \
     --json "$RES/torch_host_cost.json"
 fi
+# 12 control channel: clear / limit / stop on a training process, cooperative release between two (issue 9).
+step "12 control channel (clear, limit, stop, cooperative)" 400 python3 bench/gpu/control_check.py "$BIN/gpumem"
 
 # 8 what a person sees: the monitor commands on this machine, with a PyTorch process holding memory.
 echo; echo "== 8 sample output"

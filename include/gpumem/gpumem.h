@@ -43,7 +43,8 @@ void gpumem_set_memory_fraction(double fraction, int device);
 void gpumem_record_stream(void* ptr, void* stream);
 void gpumem_init(int device_count);
 void gpumem_reset(void);
-/* set_base_alloc_fn: the start of the block holding ptr and, in *size, its usable bytes. */
+/* set_base_alloc_fn: the start of the live block holding ptr (ptr may point inside it) and, in *size, its
+ * usable bytes. For a pointer no gpumem allocator handed out: ptr itself and *size = 0. */
 void* gpumem_base_alloc(void* ptr, size_t* size);
 
 /* Allocation with status codes. */
@@ -76,6 +77,22 @@ int gpumem_backend_name(int device, char* buf, size_t len);
 int gpumem_trace_start(const char* path);
 long gpumem_trace_stop(void);
 
+/* Private pools (torch.cuda.MemPool, CUDA graph trees). CUDA graph captures reach gpumem through PyTorch's
+ * pool hooks, which take C++ types and are declared in src/api/torch_hooks.hpp. A pool is PyTorch's
+ * MempoolId_t (a, b). incref/release count its users; live_blocks writes up to cap addresses of the blocks the
+ * program holds in it and returns how many there are. A checkpoint is a numbered copy of the pool's
+ * allocated blocks; restore makes the pool's allocated blocks exactly those again, writes the addresses it
+ * had to allocate, and returns their count. Negative returns are GPUMEM_E* codes. */
+int gpumem_pool_incref(int device, unsigned long long a, unsigned long long b);
+int gpumem_pool_release(int device, unsigned long long a, unsigned long long b);
+int gpumem_pool_use_count(int device, unsigned long long a, unsigned long long b);
+long gpumem_pool_live_blocks(int device, unsigned long long a, unsigned long long b, uintptr_t* out, size_t cap);
+long gpumem_pool_checkpoint(int device, unsigned long long a, unsigned long long b);
+long gpumem_pool_restore(long handle, uintptr_t* out, size_t cap);
+int gpumem_pool_checkpoint_free(long handle);
+/* 1 once `gpumem stop PID` asked this process to stop (it then also gets SIGINT), else 0: a SIGINT handler
+ * can tell a stop request from Ctrl-C. */
+int gpumem_stop_requested(void);
 /* CUDA IPC: sharing an allocation with another process (torch.multiprocessing does it through
  * gpumem_torch). gpumem_ipc_export describes the live allocation starting at ptr as JSON in buf (same
  * buffer rules as gpumem_memory_summary), naming new file descriptors that belong to the caller: send them

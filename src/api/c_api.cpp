@@ -14,81 +14,21 @@
 
 #include "api/ipc.hpp"
 #include "api/registry_internal.hpp"
+#include "api/status.hpp"
 #include "api/torch_oom.hpp"
 #include "api/trace_recorder.hpp"
+#include "control/server.hpp"
 #include "gpumem/memory.hpp"
 
 namespace {
 
 using namespace gpumem;
 
-thread_local std::string tls_last_error;
-
-// Maps the exception in flight to a status code and remembers its sentence for gpumem_last_error().
-int status_of_current_exception() noexcept {
-  try {
-    throw;
-  } catch (const OutOfMemoryError& e) {
-    tls_last_error = e.what();
-    return GPUMEM_E_OOM;
-  } catch (const BackendError& e) {
-    tls_last_error = e.what();
-    return GPUMEM_E_BACKEND;
-  } catch (const std::invalid_argument& e) {
-    tls_last_error = e.what();
-    return GPUMEM_E_INVALID;
-  } catch (const Error& e) {
-    tls_last_error = e.what();
-    return GPUMEM_E_INVALID;
-  } catch (const std::exception& e) {
-    tls_last_error = std::string("gpumem: internal error: ") + e.what();
-    return GPUMEM_E_INTERNAL;
-  } catch (...) {
-    tls_last_error = "gpumem: internal error of unknown kind";
-    return GPUMEM_E_INTERNAL;
-  }
-}
-
-template <typename Fn>
-int guarded(Fn&& fn) noexcept {
-  try {
-    fn();
-    return GPUMEM_OK;
-  } catch (...) {
-    return status_of_current_exception();
-  }
-}
-
-// Copies text into buf as the header promises: NUL-terminated, truncated to fit; returns the full length.
-int copy_out(const std::string& text, char* buf, size_t len) {
-  if (text.size() > std::size_t(std::numeric_limits<int>::max())) throw std::length_error("gpumem: text too long");
-  if (buf && len > 0) {
-    std::size_t n = std::min(text.size(), len - 1);
-    std::memcpy(buf, text.data(), n);
-    buf[n] = '\0';
-  }
-  return int(text.size());
-}
-
-template <typename Fn>
-int guarded_text(char* buf, size_t len, Fn&& fn) noexcept {
-  try {
-    return copy_out(fn(), buf, len);
-  } catch (...) {
-    return status_of_current_exception();
-  }
-}
-
-// A query that cannot report failure returns 0 and leaves the reason in gpumem_last_error().
-template <typename Fn>
-size_t guarded_size(Fn&& fn) noexcept {
-  try {
-    return fn();
-  } catch (...) {
-    status_of_current_exception();
-    return 0;
-  }
-}
+using api::copy_out;
+using api::guarded;
+using api::guarded_size;
+using api::guarded_text;
+using api::tls_last_error;
 
 StreamId stream_id(void* stream) { return reinterpret_cast<StreamId>(stream); }
 
@@ -130,6 +70,7 @@ void* gpumem_malloc(ssize_t size, int device, void* stream) {
   }
   try {
     api::trace_start_from_env();
+    api::TraceOrderGuard order;
     void* p = default_allocator(device).allocate(std::size_t(size), stream_id(stream));
     api::trace_alloc(DevicePtr(p), std::size_t(size), stream_id(stream));
     return p;
@@ -151,6 +92,7 @@ void gpumem_free(void* ptr, size_t /*size*/, int device, void* stream) {
     tls_last_error = "gpumem: free of a pointer no gpumem allocator handed out";
     return;
   }
+  api::TraceOrderGuard order;
   api::trace_free(DevicePtr(ptr), stream_id(stream));
   a->deallocate(ptr, stream_id(stream));
 }
@@ -167,8 +109,10 @@ void gpumem_set_memory_fraction(double fraction, int device) {
 void gpumem_record_stream(void* ptr, void* stream) { gpumem_record_stream_checked(ptr, stream); }
 
 void* gpumem_base_alloc(void* ptr, size_t* size) {
-  if (Allocator* a = owner_of(ptr); a && size) *size = a->block_size(ptr);
-  return ptr;
+  // PyTorch's IPC sharing (getBaseAllocation) sends the block's start and ptr's offset into it.
+  auto [base, bytes] = live_block_containing(ptr);
+  if (size) *size = bytes;
+  return base ? base : ptr;
 }
 
 int gpumem_allocate(size_t size, int device, void* stream, void** out) {
@@ -179,6 +123,7 @@ int gpumem_allocate(size_t size, int device, void* stream, void** out) {
   *out = nullptr;
   return guarded([&] {
     api::trace_start_from_env();
+    api::TraceOrderGuard order;
     try {
       *out = default_allocator(device).allocate(size, stream_id(stream));
     } catch (const OutOfMemoryError& e) {
@@ -196,8 +141,12 @@ int gpumem_deallocate(void* ptr, int device, void* stream) {
     tls_last_error = "gpumem_deallocate: device " + std::to_string(device) + " has no allocator";
     return GPUMEM_E_INVALID;
   }
-  FreeResult result = a->try_deallocate(ptr, stream_id(stream));
-  if (result == FreeResult::ok) api::trace_free(DevicePtr(ptr), stream_id(stream));
+  FreeResult result;
+  {
+    api::TraceOrderGuard order;
+    result = a->try_deallocate(ptr, stream_id(stream));
+    if (result == FreeResult::ok) api::trace_free(DevicePtr(ptr), stream_id(stream));
+  }
   switch (result) {
     case FreeResult::ok:
     case FreeResult::null_pointer:
@@ -291,6 +240,8 @@ int gpumem_set_current_device(int device) {
 int gpumem_backend_name(int device, char* buf, size_t len) {
   return guarded_text(buf, len, [&] { return std::string(default_allocator(device).backend().name()); });
 }
+
+int gpumem_stop_requested(void) { return control::stop_requested() ? 1 : 0; }
 
 size_t gpumem_memory_allocated(int device) {
   return guarded_size([&] { return memory_allocated(device); });

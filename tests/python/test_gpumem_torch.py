@@ -87,7 +87,8 @@ class InstallWithTorchDouble(unittest.TestCase):
             import torch, gpumem_torch
             gpumem_torch.install()
             raw = torch.cuda.memory._current.allocator()
-            assert set(raw.hooks) == {"init", "reset", "memory_fraction", "base_alloc", "record_stream"}, raw.hooks
+            assert set(raw.hooks) == {"init", "reset", "memory_fraction", "base_alloc", "record_stream",
+                                      "begin_allocate_to_pool", "end_allocate_to_pool", "release_pool"}, raw.hooks
             p = raw.malloc(1 << 20, 0, 0)           # what PyTorch does for a new tensor
             assert torch.cuda.memory_allocated(0) == 1 << 20, torch.cuda.memory_allocated(0)
             assert torch.cuda.max_memory_allocated() == 1 << 20
@@ -101,6 +102,31 @@ class InstallWithTorchDouble(unittest.TestCase):
             print("OK")
         """)
         self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("OK", r.stdout)
+
+    def test_pools_answer_what_cuda_graph_trees_ask(self):
+        r = run_python("""
+            import torch, gpumem_torch
+            gpumem_torch.install()
+            pool = torch.cuda.MemPool()                  # PyTorch's own refuses under a pluggable allocator
+            assert pool.use_count() == 1, pool.use_count()
+            assert torch._C._cuda_checkPoolLiveAllocations(0, pool.id, set())
+            state = torch._C._cuda_getCheckpointState(0, pool.id)
+            torch._C._cuda_setCheckpointPoolState(0, state, [], [])
+            assert not torch._C._cuda_checkPoolLiveAllocations(0, pool.id, {12345})
+            raw = torch.cuda.memory._current.allocator()
+            p = raw.malloc(4096, 0, 0)
+            torch._C._cuda_cudaCachingAllocator_raw_delete(p)   # not restored by gpumem: PyTorch's path
+            assert torch.cuda.memory_allocated(0) == 0
+            try:
+                torch.cuda.MemPool(allocator=object())
+            except gpumem_torch.GpumemError as e:
+                print("ERR", e)
+            del pool, state
+            print("OK")
+        """)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("ERR gpumem: MemPool(allocator=...)", r.stdout)
         self.assertIn("OK", r.stdout)
 
     def test_install_after_cuda_init_is_a_clear_error(self):
@@ -378,3 +404,59 @@ class RealTorch(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ControlFromOutside(unittest.TestCase):
+    """`gpumem stats/stop` on a PyTorch-shaped program (fake torch + the shim), from another process."""
+    GPUMEM = os.path.join(BUILD, "gpumem")
+    PROGRAM = """
+        import sys, time, torch, gpumem_torch
+        gpumem_torch.install()
+        raw = torch.cuda.memory._current.allocator()
+        keep = raw.malloc(3 << 20, 0, 0)
+        stopped = []
+        if sys.argv[1] == "handler":
+            gpumem_torch.on_stop(lambda: stopped.append("handler"))
+        print("ready", torch.cuda.memory_allocated(0), flush=True)
+        try:
+            while not stopped:
+                raw.free(raw.malloc(1 << 20, 0, 0), 1 << 20, 0, 0)
+                time.sleep(0.005)
+        except KeyboardInterrupt:
+            stopped.append("KeyboardInterrupt")
+        print("stopped by", stopped[0], flush=True)
+    """
+
+    def start(self, mode, control_dir):
+        env = dict(os.environ, GPUMEM_CONTROL_DIR=control_dir,
+                   PYTHONPATH=os.pathsep.join([FAKE_TORCH, BUILD]))
+        proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(self.PROGRAM), mode], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ready = proc.stdout.readline().split()
+        self.assertEqual(ready[:1], ["ready"], proc.stderr.read() if not ready else ready)
+        return proc, int(ready[1])
+
+    def gpumem(self, control_dir, *args):
+        return subprocess.run([self.GPUMEM, *args], env=dict(os.environ, GPUMEM_CONTROL_DIR=control_dir),
+                              capture_output=True, text=True, timeout=60)
+
+    def test_stats_then_stop_through_the_handler(self):
+        with tempfile.TemporaryDirectory() as d:
+            proc, allocated = self.start("handler", d)
+            stats = self.gpumem(d, "stats", "--json", str(proc.pid))
+            self.assertEqual(stats.returncode, 0, stats.stderr)
+            self.assertGreaterEqual(json.loads(stats.stdout)[0]["devices"][0]["allocated_bytes"], allocated)
+            stop = self.gpumem(d, "stop", "--json", "--timeout", "20", str(proc.pid))
+            self.assertEqual(stop.returncode, 0, stop.stdout + stop.stderr)
+            self.assertEqual(json.loads(stop.stdout)["outcome"], "stopped")
+            out, err = proc.communicate(timeout=20)
+            self.assertIn("stopped by handler", out, err)
+            self.assertEqual(proc.returncode, 0)
+
+    def test_stop_raises_keyboard_interrupt_without_a_handler(self):
+        with tempfile.TemporaryDirectory() as d:
+            proc, _ = self.start("none", d)
+            stop = self.gpumem(d, "stop", "--timeout", "20", str(proc.pid))
+            self.assertEqual(stop.returncode, 0, stop.stdout + stop.stderr)
+            out, err = proc.communicate(timeout=20)
+            self.assertIn("stopped by KeyboardInterrupt", out, err)

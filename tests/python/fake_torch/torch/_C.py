@@ -19,3 +19,14 @@ _cuda_attach_out_of_memory_observer = _refuse("attachOutOfMemoryObserver")
 _accelerator_getDeviceStats = _refuse("getDeviceStats")
 _accelerator_resetAccumulatedStats = _refuse("resetAccumulatedStats")
 _accelerator_resetPeakStats = _refuse("resetPeakStats")
+
+_cuda_checkPoolLiveAllocations = _refuse("checkPoolLiveAllocations")
+_cuda_getCheckpointState = _refuse("getCheckpointState")
+_cuda_setCheckpointPoolState = _refuse("setCheckpointPoolState")
+
+
+def _cuda_cudaCachingAllocator_raw_delete(ptr):
+    allocator = torch.cuda.memory._current
+    if allocator is None:
+        raise RuntimeError("no allocator")
+    allocator.allocator().free(ptr, 0, 0, 0)

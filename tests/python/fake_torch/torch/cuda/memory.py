@@ -53,6 +53,17 @@ class _RawAllocator:
     def set_record_stream_fn(self, ptr):
         self.hooks["record_stream"] = ptr
 
+    # The CUDA graph pool hooks (PyTorch 2.3+); their C++ signatures cannot be called from ctypes, so the
+    # double only keeps them (tests/api/pool_hooks_test.cpp calls them with PyTorch's types).
+    def set_begin_allocate_to_pool(self, ptr):
+        self.hooks["begin_allocate_to_pool"] = ptr
+
+    def set_end_allocate_to_pool_fn(self, ptr):
+        self.hooks["end_allocate_to_pool"] = ptr
+
+    def set_release_pool(self, ptr):
+        self.hooks["release_pool"] = ptr
+
     # What PyTorch's C++ side does with the pointers, callable from tests.
     def malloc(self, size, device, stream):
         fn = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)(self.malloc_ptr)
@@ -75,6 +86,11 @@ class CUDAPluggableAllocator:
 
     def allocator(self):
         return self._allocator
+
+
+class MemPool:
+    def __init__(self, *args, **kwargs):
+        raise RuntimeError("CUDAPluggableAllocator does not yet support createOrIncrefPool")
 
 
 def change_current_allocator(allocator):
