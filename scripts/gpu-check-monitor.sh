@@ -6,6 +6,7 @@
 #     and `gpumem ps` shows the same memory; a process holding /dev/nvidia0 without a context is flagged.
 #  3. One-shot latency (median of N whole-process runs each, interleaved) and loop-mode CPU cost
 #     (-lms 10 for LOOP_S seconds each, side by side, CPU time from wait4's rusage).
+#  4. `gpumem exporter`: scripts/gpu-check-exporter.sh (metrics vs nvidia-smi and gpumem query, scrape cost).
 # Usage: scripts/gpu-check-monitor.sh [path/to/gpumem]   (default: .device/mon/gpumem, build/gpumem)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -184,6 +185,9 @@ verdict() { if awk "BEGIN{exit !($1)}"; then echo "meets"; else echo "MISSES"; f
 row "one-shot median (N=$N): nvidia-smi / gpumem" "$SMI_MS ms / $GM_MS ms = ${SPEED}x ($(verdict "$GM_MS <= 9 && $SPEED >= 2.5") <=9 ms, >=2.5x)"
 row "loop -lms 10, ${LOOP_S}s: CPU % of a core" "nvidia-smi $SMI_PCT % / gpumem $GM_PCT % ($(verdict "$GM_PCT <= 1") <=1 %)"
 row "loop CPU per sample" "nvidia-smi $SMI_US us / gpumem $GM_US us = ${RATIO}x ($(verdict "$RATIO >= 10") >=10x)"
+
+echo "== 4. gpumem exporter vs nvidia-smi and gpumem query, scrape cost (scripts/gpu-check-exporter.sh)"
+if OUT="$OUTDIR/exporter" scripts/gpu-check-exporter.sh "$BIN"; then row "exporter: metrics == nvidia-smi, scrape, CPU" "meets"; else row "exporter: metrics == nvidia-smi, scrape, CPU" "MISSES (see above)"; fi
 
 echo
 echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1))"
