@@ -6,7 +6,7 @@
 #     and `gpumem ps` shows the same memory; a process holding /dev/nvidia0 without a context is flagged.
 #  3. One-shot latency (median of N whole-process runs each, interleaved) and loop-mode CPU cost
 #     (-lms 10 for LOOP_S seconds each, side by side, CPU time from wait4's rusage).
-#  4. `gpumem exporter`: scripts/gpu-check-exporter.sh (metrics vs nvidia-smi and gpumem query, scrape cost).
+#  5. `gpumem exporter`: scripts/gpu-check-exporter.sh (metrics vs nvidia-smi and gpumem query, scrape cost).
 # Usage: scripts/gpu-check-monitor.sh [path/to/gpumem]   (default: .device/mon/gpumem, build/gpumem)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -186,7 +186,50 @@ row "one-shot median (N=$N): nvidia-smi / gpumem" "$SMI_MS ms / $GM_MS ms = ${SP
 row "loop -lms 10, ${LOOP_S}s: CPU % of a core" "nvidia-smi $SMI_PCT % / gpumem $GM_PCT % ($(verdict "$GM_PCT <= 1") <=1 %)"
 row "loop CPU per sample" "nvidia-smi $SMI_US us / gpumem $GM_US us = ${RATIO}x ($(verdict "$RATIO >= 10") >=10x)"
 
-echo "== 4. gpumem exporter vs nvidia-smi and gpumem query, scrape cost (scripts/gpu-check-exporter.sh)"
+echo "== 3. nvidia-smi compatibility (issue 10): the remaining --query-gpu fields, dmon columns per letter"
+STATIC=vbios_version,serial,display_mode,display_active,pcie.link.gen.max,pcie.link.width.max,enforced.power.limit,power.default_limit,power.min_limit,power.max_limit,ecc.errors.corrected.aggregate.total,ecc.errors.uncorrected.aggregate.total,temperature.memory,clocks_event_reasons.hw_slowdown,clocks_event_reasons.hw_thermal_slowdown,clocks_event_reasons.hw_power_brake_slowdown,clocks_event_reasons.sync_boost
+for f in ${STATIC//,/ }; do
+  nvidia-smi --query-gpu=$f --format=csv > "$OUTDIR/smi.f.$f" 2>&1
+  "$BIN" query --query-gpu=$f --format=csv > "$OUTDIR/gpumem.f.$f" 2>&1
+  check "query-gpu $f" "$OUTDIR/smi.f.$f" "$OUTDIR/gpumem.f.$f"
+done
+nvidia-smi --query-gpu=clocks_event_reasons.active,pcie.link.gen.current,pcie.link.width.current --format=csv
+"$BIN" query --query-gpu=clocks_event_reasons.active,pcie.link.gen.current,pcie.link.width.current --format=csv
+nvidia-smi --help-query-gpu | grep -o '^"[a-z_.]*"' | tr -d '"' | sort > "$OUTDIR/smi.fields"
+"$BIN" query --help-query-gpu | grep -o '^"[a-z_.]*"' | tr -d '"' | sort > "$OUTDIR/gpumem.fields"
+echo "fields nvidia-smi lists that gpumem does not (informational):"; comm -23 "$OUTDIR/smi.fields" "$OUTDIR/gpumem.fields" | tr '\n' ' '; echo
+for letter in p u c m e t; do
+  nvidia-smi dmon -c 1 -s $letter | head -2 > "$OUTDIR/smi.dmon.$letter"
+  "$BIN" dmon -c 1 -s $letter | head -2 > "$OUTDIR/gpumem.dmon.$letter"
+  check "dmon -s $letter header" "$OUTDIR/smi.dmon.$letter" "$OUTDIR/gpumem.dmon.$letter"
+done
+
+echo "== 4. gpumem top: screen with a PyTorch process under gpumem run, CPU per refresh beside nvidia-smi -l 1"
+"$BIN" run -- python3 -c "
+import torch, time
+x = torch.empty(2 << 30, dtype=torch.uint8, device='cuda'); y = torch.empty(1 << 30, dtype=torch.uint8, device='cuda'); del y
+torch.cuda.synchronize(); print('ready', flush=True); time.sleep(90)" > "$OUTDIR/run.log" 2>&1 &
+RUNPID=$!
+for _ in $(seq 1 600); do grep -q ready "$OUTDIR/run.log" && break; sleep 0.1; done
+tmux -L gpucheck kill-server 2>/dev/null
+tmux -L gpucheck -f /dev/null new-session -d -x 160 -y 40 "echo \$\$ > $OUTDIR/top.pid; exec $BIN top -d 1"
+sleep 3
+TOPPID=$(cat "$OUTDIR/top.pid")
+ticks() { awk '{print $14 + $15}' /proc/$1/stat; }
+T0=$(ticks "$TOPPID"); sleep 30; T1=$(ticks "$TOPPID")
+tmux -L gpucheck capture-pane -p > "$OUTDIR/top_screen.txt"; cat "$OUTDIR/top_screen.txt"
+tmux -L gpucheck send-keys q; sleep 1; tmux -L gpucheck kill-server 2>/dev/null
+nvidia-smi -l 1 > /dev/null & SMIPID=$!
+sleep 2; S0=$(ticks "$SMIPID"); sleep 30; S1=$(ticks "$SMIPID"); kill "$SMIPID"
+HZ=$(getconf CLK_TCK)
+TOP_PCT=$(awk "BEGIN{printf \"%.2f\", ($T1-$T0)/$HZ/30*100}")
+SMI_PCT=$(awk "BEGIN{printf \"%.2f\", ($S1-$S0)/$HZ/30*100}")
+row "top -d 1: CPU % of a core (30 refreshes)" "gpumem top $TOP_PCT % / nvidia-smi -l 1 $SMI_PCT % ($(verdict "$TOP_PCT <= 1") <=1 %)"
+grep -q "ALLOC" "$OUTDIR/top_screen.txt" && grep -Eq "python3? .*[0-9.]+G" "$OUTDIR/top_screen.txt" \
+  && row "top shows the gpumem run process" "yes" || { row "top shows the gpumem run process" "NO (see top_screen.txt)"; FAILS=$((FAILS+1)); }
+kill "$RUNPID" 2>/dev/null
+
+echo "== 5. gpumem exporter vs nvidia-smi and gpumem query, scrape cost (scripts/gpu-check-exporter.sh)"
 if OUT="$OUTDIR/exporter" scripts/gpu-check-exporter.sh "$BIN"; then row "exporter: metrics == nvidia-smi, scrape, CPU" "meets"; else row "exporter: metrics == nvidia-smi, scrape, CPU" "MISSES (see above)"; fi
 
 echo

@@ -3,7 +3,8 @@
 set -euo pipefail
 packages=(cmake g++ make pkg-config python3 zlib1g-dev libncurses-dev libgtest-dev libgmock-dev
           libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev libcpp-httplib-dev
-          prometheus)  # prometheus: promtool and a real server for the exporter tests (tests/exporter)
+          prometheus tmux)  # prometheus: promtool and a real server for the exporter tests (tests/exporter);
+                           # tmux: the end-to-end tests of gpumem top (tests/tui)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -46,6 +46,9 @@ class HostBackend final : public Backend {
   ChunkHandle create_chunk(std::size_t bytes) override;
   void release_chunk(ChunkHandle chunk) noexcept override;
   void map(DevicePtr va, std::size_t bytes, ChunkHandle chunk, std::size_t offset) override;
+  bool supports_sharing() const noexcept override { return true; }
+  std::vector<int> export_chunk(ChunkHandle chunk) override;            // a duplicate of its memfd
+  ChunkHandle import_chunk(const std::vector<int>& fds, std::size_t bytes) override;
   void unmap(DevicePtr va, std::size_t bytes) noexcept override;
   DevicePtr allocate(std::size_t bytes) override;
   void free(DevicePtr ptr) noexcept override;
@@ -70,6 +73,7 @@ class HostBackend final : public Backend {
     int fd;
     std::size_t bytes;
     std::size_t mappings;
+    bool imported = false;  // another process's memory: takes no capacity here
   };
   struct Mapping {
     std::size_t bytes;

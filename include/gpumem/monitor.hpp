@@ -35,6 +35,10 @@ struct GpuSample {
   std::optional<unsigned long long> energy_mj;  // since the driver loaded (Volta and newer)
   std::optional<unsigned> pcie_replays;         // PCIe retries since the driver loaded
   std::optional<unsigned> pcie_rx_kbps, pcie_tx_kbps;  // only when the sampler measures PCIe
+  std::optional<unsigned> encoder_percent, decoder_percent;
+  std::optional<unsigned long long> bar1_used;
+  std::optional<unsigned long long> ecc_corrected, ecc_uncorrected;  // volatile counts
+  std::optional<unsigned> pcie_replays;
   std::optional<std::vector<ProcessSample>> processes;  // absent: the process list could not be read
   std::string processes_error;                          // why, when absent
 };

@@ -108,7 +108,7 @@ Allocator& create(int device) {
   if (!backend) throw BackendUnavailableError("gpumem: the backend factory returned no backend for device " +
                                               std::to_string(device));
   AllocatorConfig config;
-  config.limit_bytes = api::env_size("GPUMEM_LIMIT").value_or(0);
+  config.limit_bytes = api::env_limit().value_or(0);
   std::optional<double> fraction = api::env_fraction("GPUMEM_FRACTION");
   std::string key = device_key(*backend, device);
   auto allocator = std::make_unique<Allocator>(std::move(backend), config);
@@ -168,6 +168,33 @@ Allocator* owner_of(const void* ptr) noexcept {
   for (int d = 0; d < kMaxDevices; ++d)
     if (Allocator* a = existing(d); a && a->block_size(ptr) != 0) return a;
   return nullptr;
+}
+
+std::pair<void*, std::size_t> live_block_containing(const void* ptr) noexcept {
+  for (int d = 0; d < kMaxDevices; ++d) {
+    Allocator* a = existing(d);
+    if (!a) continue;
+    try {
+      if (auto found = a->live_block_containing(ptr); found.first) return found;
+    } catch (...) {  // a lock that cannot be taken: not found
+    }
+  }
+  return {nullptr, 0};
+}
+
+std::shared_ptr<Backend> make_backend(int device) {
+  device = resolve(device);
+  Registry& r = registry();
+  BackendFactory factory;
+  {
+    std::lock_guard lock(r.mutex);
+    r.factory_used = true;
+    factory = r.factory;
+  }
+  std::shared_ptr<Backend> backend = factory ? factory(device) : backend_from_environment(device);
+  if (!backend) throw BackendUnavailableError("gpumem: the backend factory returned no backend for device " +
+                                              std::to_string(device));
+  return backend;
 }
 
 void set_current_device(int device) {

@@ -1,5 +1,7 @@
 // Lookups on the default allocators that never create one (for the C ABI's free and record_stream paths).
 #pragma once
+#include <memory>
+
 #include "gpumem/allocator.hpp"
 
 namespace gpumem {
@@ -8,5 +10,11 @@ namespace gpumem {
 Allocator* find_default_allocator(int device) noexcept;
 // The default allocator that handed out the block starting at ptr, else nullptr.
 Allocator* owner_of(const void* ptr) noexcept;
+// The live block of any default allocator holding ptr (at its start or inside): start and usable bytes;
+// {nullptr, 0} if none.
+std::pair<void*, std::size_t> live_block_containing(const void* ptr) noexcept;
+// A new backend for `device` made as the default allocators' are (factory or GPUMEM_BACKEND), for
+// memory that is not the allocator's own (CUDA IPC imports).
+std::shared_ptr<Backend> make_backend(int device);
 
 }  // namespace gpumem

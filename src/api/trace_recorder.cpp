@@ -21,6 +21,7 @@ struct Recorder {
 };
 
 std::atomic<bool> recording{false};
+std::mutex order_mutex;  // TraceOrderGuard's; never taken inside Recorder::mutex
 std::once_flag env_checked;
 
 Recorder& recorder() {
@@ -112,6 +113,17 @@ void trace_alloc(DevicePtr ptr, std::size_t size, StreamId stream) noexcept {
 
 void trace_free(DevicePtr ptr, StreamId stream) noexcept {
   if (recording.load(std::memory_order_relaxed)) record(trace::Op::free, ptr, 0, stream);
+}
+
+TraceOrderGuard::TraceOrderGuard() noexcept {
+  if (recording.load(std::memory_order_relaxed)) {
+    order_mutex.lock();
+    held_ = true;
+  }
+}
+
+TraceOrderGuard::~TraceOrderGuard() {
+  if (held_) order_mutex.unlock();
 }
 
 }  // namespace gpumem::api

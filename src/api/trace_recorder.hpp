@@ -18,4 +18,18 @@ void trace_start_from_env();
 void trace_alloc(DevicePtr ptr, std::size_t size, StreamId stream) noexcept;
 void trace_free(DevicePtr ptr, StreamId stream) noexcept;
 
+// Held around an allocator call and its trace_alloc / trace_free: while recording, calls and their events
+// happen under one lock, so the file holds events in the order they took effect (a free is written
+// before another thread's allocation that reuses its address). Not recording: one relaxed load.
+class TraceOrderGuard {
+ public:
+  TraceOrderGuard() noexcept;
+  ~TraceOrderGuard();
+  TraceOrderGuard(const TraceOrderGuard&) = delete;
+  TraceOrderGuard& operator=(const TraceOrderGuard&) = delete;
+
+ private:
+  bool held_ = false;
+};
+
 }  // namespace gpumem::api

@@ -160,11 +160,36 @@ ChunkHandle HostBackend::create_chunk(std::size_t bytes) {
   return handle;
 }
 
+std::vector<int> HostBackend::export_chunk(ChunkHandle chunk) {
+  auto it = chunks_.find(chunk);
+  if (it == chunks_.end()) throw BackendError("host backend: export of unknown chunk " + std::to_string(chunk));
+  int fd = ::fcntl(it->second.fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) throw_syscall("fcntl(F_DUPFD_CLOEXEC)", errno, "exporting a chunk");
+  return {fd};
+}
+
+ChunkHandle HostBackend::import_chunk(const std::vector<int>& fds, std::size_t bytes) {
+  if (fds.size() != 1)
+    throw BackendError("host backend: an imported chunk is one memfd, got " + std::to_string(fds.size()) + " descriptors");
+  if (bytes == 0) throw BackendError("host backend: import of 0 bytes");
+  check_aligned("imported chunk size", bytes);
+  struct stat st{};
+  if (::fstat(fds[0], &st) != 0) throw_syscall("fstat", errno, "importing a chunk");
+  if (!S_ISREG(st.st_mode) || std::size_t(st.st_size) < bytes)
+    throw BackendError("host backend: the imported descriptor is not a memory file of at least " + format_bytes(bytes));
+  int fd = ::fcntl(fds[0], F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) throw_syscall("fcntl(F_DUPFD_CLOEXEC)", errno, "importing a chunk");
+  ChunkHandle handle = next_chunk_++;
+  chunks_.emplace(handle, Chunk{fd, bytes, 0, true});
+  ++counts_.creates;
+  return handle;
+}
+
 void HostBackend::release_chunk(ChunkHandle chunk) noexcept {
   auto it = chunks_.find(chunk);
   if (it == chunks_.end()) return;
   ::close(it->second.fd);  // mappings still alive (a contract violation) keep the memory until unmapped
-  give_capacity(it->second.bytes);
+  if (!it->second.imported) give_capacity(it->second.bytes);
   chunks_.erase(it);
   ++counts_.chunk_releases;
 }

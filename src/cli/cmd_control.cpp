@@ -38,7 +38,10 @@ struct ControlArgs {
   double timeout = 10.0;
 };
 
-void print_json(const nlohmann::ordered_json& j) { std::printf("%s\n", j.dump(2).c_str()); }
+// Error sentences come from another process: replace invalid UTF-8 rather than throw.
+void print_json(const nlohmann::ordered_json& j) {
+  std::printf("%s\n", j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
+}
 
 std::vector<int> targets(const ControlArgs& a) {
   if (a.all == (a.pid > 0)) throw CLI::ValidationError("give one PID or --all");

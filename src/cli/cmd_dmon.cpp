@@ -13,7 +13,7 @@ namespace gpumem::cli {
 namespace {
 
 struct DmonOptions {
-  std::string ids, metrics = "pucm", delay = "1";
+  std::string ids, metrics = monitor::kDmonDefault, delay = "1";
   long count = 0;
 };
 
@@ -51,7 +51,9 @@ GPUMEM_REGISTER_COMMAND(
       sub.add_option("-d,--delay", o->delay, "seconds between samples (default 1)");
       sub.add_option("-c,--count", o->count, "stop after COUNT samples (default: until Ctrl-C)");
       sub.add_option("-s,--select", o->metrics,
-                     "metric groups: p power/temp, u utilization, c clocks, m memory, t PCIe (default pucm)");
+                     "metric groups as nvidia-smi dmon: p power/temp, u utilization (sm mem enc dec), c clocks, "
+                     "m FB/BAR1 memory, e ECC/PCIe replay errors, t PCIe throughput; g gpumem's reserved/free "
+                     "(default pucmg)");
       return [o] { return run_monitor_command("dmon", [&] { return run_dmon(*o); }); };
     });
 

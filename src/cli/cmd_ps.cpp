@@ -5,6 +5,7 @@
 #include "cli/command.hpp"
 #include "cli/gpumem_allocators.hpp"
 #include "cli/monitor_cli.hpp"
+#include "cli/output.hpp"
 #include "monitor/ps.hpp"
 
 namespace gpumem::cli {
@@ -33,7 +34,7 @@ GPUMEM_REGISTER_COMMAND(
           if (o->json) {
             auto j = monitor::ps_json(report);
             if (!allocators.empty()) j["gpumem_allocators"] = allocators_json(allocators);
-            text = j.dump(2) + "\n";
+            text = json_text(j);
           } else {
             text = monitor::render_ps(report) + render_allocators(allocators);
           }

@@ -13,7 +13,7 @@ namespace {
 
 struct QueryOptions {
   std::string gpu_fields, app_fields, format = "csv", ids, loop, loop_ms, file;
-  bool help_fields = false;
+  bool help_fields = false, help_gpu = false, help_apps = false;
 };
 
 // -l SEC, -lms MS (CLI11 reads "-lms 10" as -l "ms" followed by an extra "10"), --loop-ms MS.
@@ -42,6 +42,11 @@ int run_query(const QueryOptions& o, CLI::App& sub) {
     for (const auto& n : monitor::gpu_field_names()) std::printf("  %s\n", n.c_str());
     std::printf("--query-compute-apps fields:\n");
     for (const auto& n : monitor::app_field_names()) std::printf("  %s\n", n.c_str());
+    return kExitOk;
+  }
+  if (o.help_gpu || o.help_apps) {
+    std::string text = o.help_gpu ? monitor::help_query_text(false) : monitor::help_query_text(true);
+    std::fwrite(text.data(), 1, text.size(), stdout);
     return kExitOk;
   }
   if (o.gpu_fields.empty() == o.app_fields.empty())
@@ -95,6 +100,8 @@ GPUMEM_REGISTER_COMMAND(
       sub.add_option("--loop-ms", o->loop_ms, "repeat every MS milliseconds until Ctrl-C");
       sub.add_option("-f,--filename", o->file, "write to FILE instead of stdout");
       sub.add_flag("--help-query", o->help_fields, "list the supported fields");
+      sub.add_flag("--help-query-gpu", o->help_gpu, "describe the --query-gpu fields (nvidia-smi's layout)");
+      sub.add_flag("--help-query-compute-apps", o->help_apps, "describe the --query-compute-apps fields");
       sub.allow_extras();
       return [o, &sub] { return run_monitor_command("query", [&] { return run_query(*o, sub); }); };
     });

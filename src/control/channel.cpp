@@ -74,7 +74,9 @@ std::vector<std::string> candidate_socket_dirs(bool every_user) {
   };
   if (DIR* tmp = opendir("/tmp")) {
     while (dirent* e = readdir(tmp))
-      if (std::strncmp(e->d_name, "gpumem-", 7) == 0) add(std::string("/tmp/") + e->d_name);
+      if (std::strncmp(e->d_name, "gpumem-", 7) == 0 && e->d_name[7] &&
+          std::strspn(e->d_name + 7, "0123456789") == std::strlen(e->d_name + 7))
+        add(std::string("/tmp/") + e->d_name);
     closedir(tmp);
   }
   if (DIR* run = opendir("/run/user")) {

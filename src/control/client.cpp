@@ -113,7 +113,7 @@ nlohmann::json call(int pid, const nlohmann::json& request, std::chrono::millise
                        who(pid) + "'s socket is served by another process; it is not trusted");
   std::string error, body;
   // A send that fails may still have an answer waiting (a server refuses before reading): read it anyway.
-  bool sent = send_frame(fd.fd, request.dump(), deadline, error);
+  bool sent = send_frame(fd.fd, to_wire(request), deadline, error);
   std::string send_error = error;
   if (!recv_frame(fd.fd, body, kMaxAnswerBytes, deadline, error)) {
     if (!sent) error = send_error;

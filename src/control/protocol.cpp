@@ -111,6 +111,10 @@ nlohmann::json request_json(const Request& request) {
   return j;
 }
 
+std::string to_wire(const nlohmann::json& message) {
+  return message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 nlohmann::json ok_answer() { return {{"v", kProtocolVersion}, {"ok", true}}; }
 
 nlohmann::json error_answer(const std::string& sentence) {

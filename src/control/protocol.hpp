@@ -41,6 +41,9 @@ struct Request {
 std::optional<Request> parse_request(std::string_view body, std::string& error);
 nlohmann::json request_json(const Request& request);
 
+// JSON text for the wire: invalid UTF-8 from a peer is replaced, never a reason to throw.
+std::string to_wire(const nlohmann::json& message);
+
 nlohmann::json ok_answer();
 nlohmann::json error_answer(const std::string& sentence);
 

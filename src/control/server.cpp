@@ -109,12 +109,12 @@ void serve_one(int fd, const ServerHooks& hooks) {
   std::string error;
   std::optional<PeerCred> peer = peer_cred(fd);
   if (!peer || !peer_allowed(peer->uid, getuid())) {
-    send_frame(fd, error_answer("refused: the caller runs as another user").dump(), deadline, error);
+    send_frame(fd, to_wire(error_answer("refused: the caller runs as another user")), deadline, error);
     return;
   }
   std::string body;
   if (!recv_frame(fd, body, kMaxRequestBytes, deadline, error)) {
-    send_frame(fd, error_answer("bad request: " + error).dump(), deadline, error);
+    send_frame(fd, to_wire(error_answer("bad request: " + error)), deadline, error);
     return;
   }
   bool is_stop = false;
@@ -163,14 +163,14 @@ void remove_stale_sockets(const std::string& dir) {
 std::string handle_request_body(const std::string& body, const ServerHooks& hooks, bool* is_stop) {
   std::string error;
   std::optional<Request> request = parse_request(body, error);
-  if (!request) return error_answer("bad request: " + error).dump();
+  if (!request) return to_wire(error_answer("bad request: " + error));
   if (is_stop) *is_stop = request->op == Op::stop;
   try {
-    return answer(*request, hooks).dump();
+    return to_wire(answer(*request, hooks));
   } catch (const std::exception& e) {
-    return error_answer(e.what()).dump();
+    return to_wire(error_answer(e.what()));
   } catch (...) {
-    return error_answer("internal error").dump();
+    return to_wire(error_answer("internal error"));
   }
 }
 

@@ -21,30 +21,39 @@ std::string num(const std::optional<unsigned>& v) { return v ? std::to_string(*v
 std::vector<Column> columns(const DmonColumns& c) {
   std::vector<Column> out;
   if (c.power) out.insert(out.end(), {{"pwr", "W"}, {"gtemp", "C"}, {"mtemp", "C"}});
-  if (c.util) out.insert(out.end(), {{"sm", "%"}, {"mem", "%"}});
+  if (c.util) out.insert(out.end(), {{"sm", "%"}, {"mem", "%"}, {"enc", "%"}, {"dec", "%"}});
   if (c.clocks) out.insert(out.end(), {{"mclk", "MHz"}, {"pclk", "MHz"}});
-  if (c.memory) out.insert(out.end(), {{"fb", "MiB"}, {"resv", "MiB"}, {"free", "MiB"}});
+  if (c.memory) out.insert(out.end(), {{"fb", "MB"}, {"bar1", "MB"}});
+  if (c.ecc) out.insert(out.end(), {{"sbecc", "errs"}, {"dbecc", "errs"}, {"pci", "errs"}});
   if (c.pcie) out.insert(out.end(), {{"rxpci", "MB/s"}, {"txpci", "MB/s"}});
+  if (c.gpumem) out.insert(out.end(), {{"resv", "MiB"}, {"free", "MiB"}});
   return out;
 }
 
 }  // namespace
 
 DmonColumns parse_dmon_metrics(const std::string& letters) {
-  DmonColumns c{false, false, false, false, false};
+  DmonColumns c{false, false, false, false, false, false, false};
   for (char ch : letters) {
     switch (ch) {
       case 'p': c.power = true; break;
       case 'u': c.util = true; break;
       case 'c': c.clocks = true; break;
       case 'm': c.memory = true; break;
+      case 'e': c.ecc = true; break;
       case 't': c.pcie = true; break;
+      case 'g': c.gpumem = true; break;
+      case ',': break;  // "-s p,u,c" as well as "-s puc"
+      case 'v':
+        throw UsageError("dmon metric group 'v' (power and thermal violations) is not supported by gpumem yet.");
       default:
         throw UsageError(std::string("unknown dmon metric group '") + ch +
-                         "' (p power/temp, u utilization, c clocks, m memory, t PCIe).");
+                         "' (p power/temp, u utilization, c clocks, m FB/BAR1 memory, e ECC/PCIe errors, t PCIe "
+                         "throughput, g gpumem's reserved/free).");
     }
   }
-  if (letters.empty()) throw UsageError("-s needs at least one metric group (p, u, c, m, t).");
+  if (!(c.power || c.util || c.clocks || c.memory || c.ecc || c.pcie || c.gpumem))
+    throw UsageError("-s needs at least one metric group (p, u, c, m, e, t, g).");
   return c;
 }
 
@@ -71,19 +80,31 @@ std::string dmon_lines(const SampleSet& sample, const DmonColumns& cols) {
     if (cols.util) {
       add(line, num(g.util_gpu));
       add(line, num(g.util_memory));
+      add(line, num(g.encoder_percent));
+      add(line, num(g.decoder_percent));
     }
     if (cols.clocks) {
       add(line, num(g.clock_memory_mhz));
       add(line, num(g.clock_graphics_mhz));
     }
+    auto mib = [](const std::optional<unsigned long long>& v) { return v ? std::to_string(to_mib(*v)) : "-"; };
+    auto count = [](const auto& v) { return v ? std::to_string(*v) : "-"; };
     if (cols.memory) {
-      add(line, g.memory_used ? std::to_string(to_mib(*g.memory_used)) : "-");
-      add(line, g.memory_reserved ? std::to_string(to_mib(*g.memory_reserved)) : "-");
-      add(line, g.memory_free ? std::to_string(to_mib(*g.memory_free)) : "-");
+      add(line, mib(g.memory_used));
+      add(line, mib(g.bar1_used));
+    }
+    if (cols.ecc) {
+      add(line, count(g.ecc_corrected));
+      add(line, count(g.ecc_uncorrected));
+      add(line, count(g.pcie_replays));
     }
     if (cols.pcie) {
       add(line, g.pcie_rx_kbps ? std::to_string(*g.pcie_rx_kbps / 1024) : "-");
       add(line, g.pcie_tx_kbps ? std::to_string(*g.pcie_tx_kbps / 1024) : "-");
+    }
+    if (cols.gpumem) {
+      add(line, mib(g.memory_reserved));
+      add(line, mib(g.memory_free));
     }
     out += line + "\n";
   }

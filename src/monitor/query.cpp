@@ -87,6 +87,44 @@ namespace {
 
 Cell string_reading(GpuView& g, const Reading<std::string>& r) { return r ? text_cell(*r) : failure(g.nvml(), r); }
 
+// A device read that reports the handle's failure when the GPU has none.
+template <class F>
+auto on_device(GpuView& g, F read) -> decltype(read(g.nvml(), g.device())) {
+  using R = decltype(read(g.nvml(), g.device()));
+  return g.lost() ? R::fail(g.handle_status()) : read(g.nvml(), g.device());
+}
+
+Cell uint_cell(GpuView& g, nvml::abi::Return (*nvml::Functions::*fn)(nvml::abi::Device, unsigned*)) {
+  return number_cell(g.nvml(), on_device(g, [fn](const nvml::Nvml& n, nvml::abi::Device d) { return n.uint_property(d, fn); }));
+}
+
+Cell enabled_uint_cell(GpuView& g, nvml::abi::Return (*nvml::Functions::*fn)(nvml::abi::Device, unsigned*)) {
+  auto r = on_device(g, [fn](const nvml::Nvml& n, nvml::abi::Device d) { return n.uint_property(d, fn); });
+  return r ? text_cell(*r ? "Enabled" : "Disabled") : failure(g.nvml(), r);
+}
+
+Cell watts_uint_cell(GpuView& g, nvml::abi::Return (*nvml::Functions::*fn)(nvml::abi::Device, unsigned*)) {
+  return watts_cell(g.nvml(), on_device(g, [fn](const nvml::Nvml& n, nvml::abi::Device d) { return n.uint_property(d, fn); }));
+}
+
+Cell limit_constraint_cell(GpuView& g, bool max) {
+  auto r = on_device(g, [](const nvml::Nvml& n, nvml::abi::Device d) { return n.power_limit_constraints_mw(d); });
+  if (!r) return failure(g.nvml(), r);
+  return watts_cell(g.nvml(), Reading<unsigned>::ok(max ? r->second : r->first));
+}
+
+// nvidia-smi's clocks_event_reasons.* (clocks_throttle_reasons.* before driver 535): one bit each.
+Cell event_reason_cell(GpuView& g, unsigned long long bit) {
+  auto r = on_device(g, [](const nvml::Nvml& n, nvml::abi::Device d) { return n.clocks_event_reasons(d); });
+  if (!r) return failure(g.nvml(), r);
+  if (!bit) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "0x%016llX", *r);
+    return Cell{buf, true, buf};
+  }
+  return text_cell(*r & bit ? "Active" : "Not Active");
+}
+
 const std::vector<QueryField>& gpu_fields() {
   static const std::vector<QueryField> table = {
       {"timestamp", {}, nullptr, [](GpuView& g) { return text_cell(g.timestamp()); }, {}},
@@ -159,6 +197,33 @@ const std::vector<QueryField>& gpu_fields() {
          auto r = g.lost() ? Reading<nvml::EnableMode>::fail(g.handle_status()) : g.nvml().mig_mode(g.device());
          return r ? text_cell(r->current ? "Enabled" : "Disabled") : failure(g.nvml(), r);
        }, {}, Refresh::kEverySecond},
+      {"vbios_version", {}, nullptr,
+       [](GpuView& g) { return string_reading(g, on_device(g, [](const nvml::Nvml& n, abi::Device d) { return n.vbios_version(d); })); }, {}, Refresh::kOnce},
+      {"serial", {"gpu_serial"}, nullptr,
+       [](GpuView& g) { return string_reading(g, on_device(g, [](const nvml::Nvml& n, abi::Device d) { return n.serial(d); })); }, {}, Refresh::kOnce},
+      {"display_mode", {}, nullptr, [](GpuView& g) { return enabled_uint_cell(g, &nvml::Functions::display_mode); }, {}, Refresh::kEverySecond},
+      {"display_active", {}, nullptr, [](GpuView& g) { return enabled_uint_cell(g, &nvml::Functions::display_active); }, {}, Refresh::kEverySecond},
+      {"pcie.link.gen.current", {"pcie.link.gen.gpucurrent"}, nullptr, [](GpuView& g) { return uint_cell(g, &nvml::Functions::pcie_gen_current); }, {}},
+      {"pcie.link.gen.max", {"pcie.link.gen.gpumax"}, nullptr, [](GpuView& g) { return uint_cell(g, &nvml::Functions::pcie_gen_max); }, {}, Refresh::kOnce},
+      {"pcie.link.width.current", {}, nullptr, [](GpuView& g) { return uint_cell(g, &nvml::Functions::pcie_width_current); }, {}},
+      {"pcie.link.width.max", {}, nullptr, [](GpuView& g) { return uint_cell(g, &nvml::Functions::pcie_width_max); }, {}, Refresh::kOnce},
+      {"enforced.power.limit", {}, "W", [](GpuView& g) { return watts_uint_cell(g, &nvml::Functions::enforced_power_limit); }, {}, Refresh::kEverySecond},
+      {"power.default_limit", {}, "W", [](GpuView& g) { return watts_uint_cell(g, &nvml::Functions::default_power_limit); }, {}, Refresh::kOnce},
+      {"power.min_limit", {}, "W", [](GpuView& g) { return limit_constraint_cell(g, false); }, {}, Refresh::kOnce},
+      {"power.max_limit", {}, "W", [](GpuView& g) { return limit_constraint_cell(g, true); }, {}, Refresh::kOnce},
+      {"clocks_event_reasons.active", {"clocks_throttle_reasons.active"}, nullptr, [](GpuView& g) { return event_reason_cell(g, 0); }, {}},
+      {"clocks_event_reasons.gpu_idle", {"clocks_throttle_reasons.gpu_idle"}, nullptr, [](GpuView& g) { return event_reason_cell(g, 0x1); }, {}},
+      {"clocks_event_reasons.applications_clocks_setting", {"clocks_throttle_reasons.applications_clocks_setting"}, nullptr, [](GpuView& g) { return event_reason_cell(g, 0x2); }, {}},
+      {"clocks_event_reasons.sw_power_cap", {"clocks_throttle_reasons.sw_power_cap"}, nullptr, [](GpuView& g) { return event_reason_cell(g, 0x4); }, {}},
+      {"clocks_event_reasons.hw_slowdown", {"clocks_throttle_reasons.hw_slowdown"}, nullptr, [](GpuView& g) { return event_reason_cell(g, 0x8); }, {}},
+      {"clocks_event_reasons.sync_boost", {"clocks_throttle_reasons.sync_boost"}, nullptr, [](GpuView& g) { return event_reason_cell(g, 0x10); }, {}},
+      {"clocks_event_reasons.sw_thermal_slowdown", {"clocks_throttle_reasons.sw_thermal_slowdown"}, nullptr, [](GpuView& g) { return event_reason_cell(g, 0x20); }, {}},
+      {"clocks_event_reasons.hw_thermal_slowdown", {"clocks_throttle_reasons.hw_thermal_slowdown"}, nullptr, [](GpuView& g) { return event_reason_cell(g, 0x40); }, {}},
+      {"clocks_event_reasons.hw_power_brake_slowdown", {"clocks_throttle_reasons.hw_power_brake_slowdown"}, nullptr, [](GpuView& g) { return event_reason_cell(g, 0x80); }, {}},
+      {"ecc.errors.corrected.aggregate.total", {}, nullptr,
+       [](GpuView& g) { return number_cell(g.nvml(), on_device(g, [](const nvml::Nvml& n, abi::Device d) { return n.ecc_errors(d, abi::kEccCorrected, abi::kEccAggregate); })); }, {}},
+      {"ecc.errors.uncorrected.aggregate.total", {}, nullptr,
+       [](GpuView& g) { return number_cell(g.nvml(), on_device(g, [](const nvml::Nvml& n, abi::Device d) { return n.ecc_errors(d, abi::kEccUncorrected, abi::kEccAggregate); })); }, {}},
   };
   return table;
 }
@@ -254,6 +319,16 @@ std::vector<std::string> gpu_field_names() {
   for (const auto& f : gpu_fields()) out.push_back(f.name);
   return out;
 }
+namespace {
+std::vector<FieldName> field_list(const std::vector<QueryField>& table) {
+  std::vector<FieldName> out;
+  for (const auto& f : table) out.push_back({f.name, std::vector<std::string>(f.aliases.begin(), f.aliases.end())});
+  return out;
+}
+}  // namespace
+std::vector<FieldName> gpu_field_list() { return field_list(gpu_fields()); }
+std::vector<FieldName> app_field_list() { return field_list(app_fields()); }
+
 std::vector<std::string> app_field_names() {
   std::vector<std::string> out;
   for (const auto& f : app_fields()) out.push_back(f.name);

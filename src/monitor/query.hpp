@@ -59,5 +59,13 @@ std::string render_query(const nvml::Nvml& nvml, const std::vector<GpuRef>& gpus
 // Field names that --help-query lists.
 std::vector<std::string> gpu_field_names();
 std::vector<std::string> app_field_names();
+struct FieldName {
+  std::string name;
+  std::vector<std::string> aliases;
+};
+std::vector<FieldName> gpu_field_list();
+std::vector<FieldName> app_field_list();
+// --help-query-gpu / --help-query-compute-apps in nvidia-smi's layout.
+std::string help_query_text(bool apps);
 
 }  // namespace gpumem::monitor

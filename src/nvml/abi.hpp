@@ -69,6 +69,10 @@ static_assert(sizeof(ProcessInfo_v1) == 16 && sizeof(ProcessInfo_v2) == 24 && si
 static_assert(sizeof(Memory_v2) == 40);
 inline constexpr unsigned long long kValueNotAvailable = ~0ull;  // usedGpuMemory under WDDM etc.
 
+struct BAR1Memory {  // nvmlBAR1Memory_t
+  unsigned long long bar1Total, bar1Free, bar1Used;
+};
+
 struct Utilization {  // nvmlUtilization_t
   unsigned int gpu, memory;
 };

@@ -89,6 +89,22 @@ void Library::resolve() {
   bind(h, fn_.mig_mode, {"nvmlDeviceGetMigMode"});
   bind(h, fn_.cuda_capability, {"nvmlDeviceGetCudaComputeCapability"});
   bind(h, fn_.pcie_throughput, {"nvmlDeviceGetPcieThroughput"});
+  bind(h, fn_.vbios_version, {"nvmlDeviceGetVbiosVersion"});
+  bind(h, fn_.serial, {"nvmlDeviceGetSerial"});
+  bind(h, fn_.display_mode, {"nvmlDeviceGetDisplayMode"});
+  bind(h, fn_.display_active, {"nvmlDeviceGetDisplayActive"});
+  bind(h, fn_.pcie_gen_current, {"nvmlDeviceGetCurrPcieLinkGeneration"});
+  bind(h, fn_.pcie_gen_max, {"nvmlDeviceGetMaxPcieLinkGeneration"});
+  bind(h, fn_.pcie_width_current, {"nvmlDeviceGetCurrPcieLinkWidth"});
+  bind(h, fn_.pcie_width_max, {"nvmlDeviceGetMaxPcieLinkWidth"});
+  bind(h, fn_.pcie_replay, {"nvmlDeviceGetPcieReplayCounter"});
+  bind(h, fn_.enforced_power_limit, {"nvmlDeviceGetEnforcedPowerLimit"});
+  bind(h, fn_.default_power_limit, {"nvmlDeviceGetPowerManagementDefaultLimit"});
+  bind(h, fn_.power_limit_constraints, {"nvmlDeviceGetPowerManagementLimitConstraints"});
+  bind(h, fn_.clocks_event_reasons, {"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"});
+  bind(h, fn_.encoder_utilization, {"nvmlDeviceGetEncoderUtilization"});
+  bind(h, fn_.decoder_utilization, {"nvmlDeviceGetDecoderUtilization"});
+  bind(h, fn_.bar1_memory, {"nvmlDeviceGetBAR1MemoryInfo"});
 
   // Process lists: the newest entry point, with the record layout that entry point writes on this
   // driver. _v3 wrote 32-byte records (usedGpuCcProtectedMemory) only on the drivers that exported

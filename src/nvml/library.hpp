@@ -54,6 +54,23 @@ struct Functions {
   Return (*mig_mode)(Device, unsigned*, unsigned*) = nullptr;
   Return (*cuda_capability)(Device, int*, int*) = nullptr;
   Return (*pcie_throughput)(Device, unsigned, unsigned*) = nullptr;
+  // nvidia-smi's remaining --query-gpu fields and dmon columns.
+  Return (*vbios_version)(Device, char*, unsigned) = nullptr;
+  Return (*serial)(Device, char*, unsigned) = nullptr;
+  Return (*display_mode)(Device, unsigned*) = nullptr;
+  Return (*display_active)(Device, unsigned*) = nullptr;
+  Return (*pcie_gen_current)(Device, unsigned*) = nullptr;
+  Return (*pcie_gen_max)(Device, unsigned*) = nullptr;
+  Return (*pcie_width_current)(Device, unsigned*) = nullptr;
+  Return (*pcie_width_max)(Device, unsigned*) = nullptr;
+  Return (*pcie_replay)(Device, unsigned*) = nullptr;
+  Return (*enforced_power_limit)(Device, unsigned*) = nullptr;
+  Return (*default_power_limit)(Device, unsigned*) = nullptr;
+  Return (*power_limit_constraints)(Device, unsigned*, unsigned*) = nullptr;
+  Return (*clocks_event_reasons)(Device, unsigned long long*) = nullptr;
+  Return (*encoder_utilization)(Device, unsigned*, unsigned*) = nullptr;
+  Return (*decoder_utilization)(Device, unsigned*, unsigned*) = nullptr;
+  Return (*bar1_memory)(Device, abi::BAR1Memory*) = nullptr;
   // Process lists take a record array whose stride is process_record_size (16, 24 or 32 bytes).
   Return (*compute_processes)(Device, unsigned*, void*) = nullptr;
   Return (*graphics_processes)(Device, unsigned*, void*) = nullptr;

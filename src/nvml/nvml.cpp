@@ -170,6 +170,44 @@ Reading<unsigned> Nvml::pcie_kbps(Device d, unsigned counter) const {
   return read_scalar<unsigned>(lib_->fn().pcie_throughput, d, counter);
 }
 
+Reading<std::string> Nvml::vbios_version(Device d) const { return read_string(lib_->fn().vbios_version, d); }
+Reading<std::string> Nvml::serial(Device d) const { return read_string(lib_->fn().serial, d); }
+
+Reading<unsigned> Nvml::uint_property(Device d, abi::Return (*Functions::*fn)(Device, unsigned*)) const {
+  return read_scalar<unsigned>(lib_->fn().*fn, d);
+}
+
+Reading<std::pair<unsigned, unsigned>> Nvml::power_limit_constraints_mw(Device d) const {
+  using R = Reading<std::pair<unsigned, unsigned>>;
+  auto fn = lib_->fn().power_limit_constraints;
+  if (!fn) return R::fail(abi::kErrorFunctionNotFound);
+  unsigned lo = 0, hi = 0;
+  abi::Return rc = fn(d, &lo, &hi);
+  return rc == abi::kSuccess ? R::ok({lo, hi}) : R::fail(rc);
+}
+
+Reading<unsigned long long> Nvml::clocks_event_reasons(Device d) const {
+  return read_scalar<unsigned long long>(lib_->fn().clocks_event_reasons, d);
+}
+
+namespace {
+Reading<unsigned> codec_percent(abi::Return (*fn)(abi::Device, unsigned*, unsigned*), abi::Device d) {
+  if (!fn) return Reading<unsigned>::fail(abi::kErrorFunctionNotFound);
+  unsigned util = 0, period_us = 0;
+  abi::Return rc = fn(d, &util, &period_us);
+  return rc == abi::kSuccess ? Reading<unsigned>::ok(util) : Reading<unsigned>::fail(rc);
+}
+}  // namespace
+
+Reading<unsigned> Nvml::encoder_percent(Device d) const { return codec_percent(lib_->fn().encoder_utilization, d); }
+Reading<unsigned> Nvml::decoder_percent(Device d) const { return codec_percent(lib_->fn().decoder_utilization, d); }
+
+Reading<MemoryInfo> Nvml::bar1_memory(Device d) const {
+  auto r = read_scalar<abi::BAR1Memory>(lib_->fn().bar1_memory, d);
+  if (!r) return Reading<MemoryInfo>::fail(r.status);
+  return Reading<MemoryInfo>::ok(MemoryInfo{r->bar1Total, r->bar1Free, r->bar1Used, std::nullopt});
+}
+
 Reading<std::vector<GpuProcess>> Nvml::compute_processes(Device d) const {
   return processes(d, lib_->fn().compute_processes, false);
 }

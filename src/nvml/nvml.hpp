@@ -86,6 +86,15 @@ class Nvml {
   Reading<EnableMode> mig_mode(Device d) const;
   Reading<std::pair<int, int>> cuda_capability(Device d) const;
   Reading<unsigned> pcie_kbps(Device d, unsigned counter) const;  // blocks ~20 ms: see PcieSampler
+  Reading<std::string> vbios_version(Device d) const;
+  Reading<std::string> serial(Device d) const;
+  // Plain unsigned properties: which entry point of Functions answers them.
+  Reading<unsigned> uint_property(Device d, abi::Return (*Functions::*fn)(Device, unsigned*)) const;
+  Reading<std::pair<unsigned, unsigned>> power_limit_constraints_mw(Device d) const;  // min, max
+  Reading<unsigned long long> clocks_event_reasons(Device d) const;  // nvmlClocksEventReason* bits
+  Reading<unsigned> encoder_percent(Device d) const;
+  Reading<unsigned> decoder_percent(Device d) const;
+  Reading<MemoryInfo> bar1_memory(Device d) const;
   Reading<std::vector<GpuProcess>> compute_processes(Device d) const;
   Reading<std::vector<GpuProcess>> graphics_processes(Device d) const;
 

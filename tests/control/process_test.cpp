@@ -145,6 +145,12 @@ TEST(ControlProcess, ClearBringsReservedDownToLive) {
   EXPECT_EQ(after, 4 * MiB);  // 3 MiB live, rounded to 2 MiB pages
   EXPECT_EQ(nlohmann::json::parse(out)[0]["released_bytes"].get<std::int64_t>(), before - after);
   EXPECT_EQ(t.self_stats()["allocated"], 3 * MiB);
+  auto [all_rc, all_out] = shell(kGpumem + " clear --all --json");
+  ASSERT_EQ(all_rc, 0) << all_out;
+  auto all = nlohmann::json::parse(all_out);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0]["pid"], t.pid());
+  EXPECT_EQ(all[0]["released_bytes"], 0);  // nothing cached any more
 }
 
 TEST(ControlProcess, LimitFailsTheNextOversizeAllocationOnly) {

@@ -70,6 +70,9 @@ TEST(ControlProtocol, BadRequestsGetOneSentence) {
     EXPECT_FALSE(a["ok"].get<bool>()) << body;
     EXPECT_FALSE(a["error"].get<std::string>().empty()) << body;
   }
+  // Found by the fuzzer: an unknown operation whose name is cut inside a UTF-8 sequence in the sentence.
+  std::string cut = std::string(R"({"v":1,"op":")") + std::string(39, 'x') + "\xd4\x9b\"}";
+  EXPECT_FALSE(f.ask(cut)["ok"].get<bool>());
   std::string huge = R"({"v":1,"op":"stats","pad":")" + std::string(kMaxRequestBytes, 'x') + "\"}";
   EXPECT_NE(f.ask(huge)["error"].get<std::string>().find("limit"), std::string::npos);
 }

@@ -100,7 +100,12 @@ TEST(DmonParse, MetricGroups) {
   EXPECT_TRUE(c.util && c.pcie);
   EXPECT_FALSE(c.power || c.clocks || c.memory);
   EXPECT_THROW(parse_dmon_metrics("pz"), UsageError);
-  EXPECT_EQ(dmon_header(parse_dmon_metrics("u")), "# gpu     sm    mem \n# Idx      %      % \n");
+  EXPECT_THROW(parse_dmon_metrics(","), UsageError);
+  EXPECT_TRUE(parse_dmon_metrics("p,u,c,m,e,t").ecc);
+  // nvidia-smi's columns per letter, in its layout.
+  EXPECT_EQ(dmon_header(parse_dmon_metrics("u")), "# gpu     sm    mem    enc    dec \n# Idx      %      %      %      % \n");
+  EXPECT_EQ(dmon_header(parse_dmon_metrics("me")),
+            "# gpu     fb   bar1  sbecc  dbecc    pci \n# Idx     MB     MB   errs   errs   errs \n");
 }
 
 TEST(Common, Helpers) {

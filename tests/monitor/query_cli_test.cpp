@@ -172,3 +172,23 @@ TEST(InfoCli, Golden) {
   auto old = run_ok({"info", "-i", "0"}, fake_env("two_gpus.txt", "old"));
   expect_golden("info_old_driver.txt", mask_build_dir(old.out));
 }
+
+TEST(QueryCli, HelpQueryGpuInNvidiaSmiLayoutCoversEveryField) {
+  auto r = run_ok({"query", "--help-query-gpu"}, fake_env("two_gpus.txt"));
+  EXPECT_EQ(r.out.rfind("List of valid properties to query for the switch \"--query-gpu=\":\n\n\"timestamp\"\n", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("\"name\" or \"gpu_name\"\n"), std::string::npos);
+  EXPECT_EQ(r.out.find("No description."), std::string::npos);
+  auto apps = run_ok({"query", "--help-query-compute-apps"}, fake_env("two_gpus.txt"));
+  EXPECT_NE(apps.out.find("\"used_gpu_memory\" or \"used_memory\"\n"), std::string::npos) << apps.out;
+}
+
+TEST(QueryCli, NvidiaSmiRemainingFieldsFormattedAsItDoes) {
+  auto r = run_ok({"query",
+                   "--query-gpu=vbios_version,serial,display_mode,display_active,pcie.link.gen.current,pcie.link.gen.max,"
+                   "pcie.link.width.current,pcie.link.width.max,enforced.power.limit,power.default_limit,power.min_limit,"
+                   "power.max_limit,clocks_throttle_reasons.active,clocks_event_reasons.gpu_idle,"
+                   "clocks_event_reasons.sw_power_cap,ecc.errors.corrected.aggregate.total",
+                   "--format=csv"},
+                  fake_env("two_gpus.txt"));
+  expect_golden("query_nvidia_smi_fields.txt", r.out);
+}

@@ -425,3 +425,54 @@ EXPORT abi::Return nvmlDeviceGetGraphicsRunningProcesses_v3(abi::Device d, unsig
   return list_processes<V3Record>(d, n, out, true);
 }
 #endif
+
+// nvidia-smi's remaining query fields and dmon columns (keys: vbios, serial, display_mode, display_active,
+// pcie_gen, pcie_gen_max, pcie_width, pcie_width_max, pcie_replay, enforced_mw, default_limit_mw,
+// min_limit_mw, max_limit_mw, event_reasons, enc, dec, bar1_used_mib, bar1_total_mib).
+EXPORT abi::Return nvmlDeviceGetVbiosVersion(abi::Device d, char* buf, unsigned len) {
+  return string_value(d, "vbios", buf, len, "96.00.74.00.01");
+}
+EXPORT abi::Return nvmlDeviceGetSerial(abi::Device d, char* buf, unsigned len) {
+  return string_value(d, "serial", buf, len, "165422000000" + std::to_string(reinterpret_cast<uintptr_t>(d)));
+}
+EXPORT abi::Return nvmlDeviceGetDisplayMode(abi::Device d, unsigned* v) { return value_as(d, "display_mode", v, "0"); }
+EXPORT abi::Return nvmlDeviceGetDisplayActive(abi::Device d, unsigned* v) { return value_as(d, "display_active", v, "0"); }
+EXPORT abi::Return nvmlDeviceGetCurrPcieLinkGeneration(abi::Device d, unsigned* v) { return value_as(d, "pcie_gen", v, "5"); }
+EXPORT abi::Return nvmlDeviceGetMaxPcieLinkGeneration(abi::Device d, unsigned* v) { return value_as(d, "pcie_gen_max", v, "5"); }
+EXPORT abi::Return nvmlDeviceGetCurrPcieLinkWidth(abi::Device d, unsigned* v) { return value_as(d, "pcie_width", v, "16"); }
+EXPORT abi::Return nvmlDeviceGetMaxPcieLinkWidth(abi::Device d, unsigned* v) { return value_as(d, "pcie_width_max", v, "16"); }
+EXPORT abi::Return nvmlDeviceGetPcieReplayCounter(abi::Device d, unsigned* v) { return value_as(d, "pcie_replay", v, "0"); }
+EXPORT abi::Return nvmlDeviceGetEnforcedPowerLimit(abi::Device d, unsigned* v) { return value_as(d, "enforced_mw", v, "700000"); }
+EXPORT abi::Return nvmlDeviceGetPowerManagementDefaultLimit(abi::Device d, unsigned* v) {
+  return value_as(d, "default_limit_mw", v, "700000");
+}
+EXPORT abi::Return nvmlDeviceGetPowerManagementLimitConstraints(abi::Device d, unsigned* lo, unsigned* hi) {
+  abi::Return rc = value_as(d, "min_limit_mw", lo, "200000");
+  return rc == abi::kSuccess ? value_as(d, "max_limit_mw", hi, "700000") : rc;
+}
+#ifndef FAKE_NVML_OLD_DRIVER
+EXPORT abi::Return nvmlDeviceGetCurrentClocksEventReasons(abi::Device d, unsigned long long* v) {
+  return value_as(d, "event_reasons", v, "1");
+}
+#endif
+EXPORT abi::Return nvmlDeviceGetCurrentClocksThrottleReasons(abi::Device d, unsigned long long* v) {
+  return value_as(d, "event_reasons", v, "1");
+}
+EXPORT abi::Return nvmlDeviceGetEncoderUtilization(abi::Device d, unsigned* u, unsigned* period) {
+  *period = 167000;
+  return value_as(d, "enc", u, "0");
+}
+EXPORT abi::Return nvmlDeviceGetDecoderUtilization(abi::Device d, unsigned* u, unsigned* period) {
+  *period = 167000;
+  return value_as(d, "dec", u, "0");
+}
+EXPORT abi::Return nvmlDeviceGetBAR1MemoryInfo(abi::Device d, abi::BAR1Memory* m) {
+  unsigned long long used = 0, total = 0;
+  abi::Return rc = value(d, "bar1_used_mib", &used, "1");
+  if (rc == abi::kSuccess) rc = value(d, "bar1_total_mib", &total, "131072");
+  if (rc != abi::kSuccess) return rc;
+  m->bar1Total = total << 20;
+  m->bar1Used = used << 20;
+  m->bar1Free = m->bar1Total - m->bar1Used;
+  return abi::kSuccess;
+}
