@@ -6,6 +6,7 @@
 #     and `gpumem ps` shows the same memory; a process holding /dev/nvidia0 without a context is flagged.
 #  3. One-shot latency (median of N whole-process runs each, interleaved) and loop-mode CPU cost
 #     (-lms 10 for LOOP_S seconds each, side by side, CPU time from wait4's rusage).
+#  5. `gpumem exporter`: scripts/gpu-check-exporter.sh (metrics vs nvidia-smi and gpumem query, scrape cost).
 # Usage: scripts/gpu-check-monitor.sh [path/to/gpumem]   (default: .device/mon/gpumem, build/gpumem)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -227,6 +228,9 @@ row "top -d 1: CPU % of a core (30 refreshes)" "gpumem top $TOP_PCT % / nvidia-s
 grep -q "ALLOC" "$OUTDIR/top_screen.txt" && grep -Eq "python3? .*[0-9.]+G" "$OUTDIR/top_screen.txt" \
   && row "top shows the gpumem run process" "yes" || { row "top shows the gpumem run process" "NO (see top_screen.txt)"; FAILS=$((FAILS+1)); }
 kill "$RUNPID" 2>/dev/null
+
+echo "== 5. gpumem exporter vs nvidia-smi and gpumem query, scrape cost (scripts/gpu-check-exporter.sh)"
+if OUT="$OUTDIR/exporter" scripts/gpu-check-exporter.sh "$BIN"; then row "exporter: metrics == nvidia-smi, scrape, CPU" "meets"; else row "exporter: metrics == nvidia-smi, scrape, CPU" "MISSES (see above)"; fi
 
 echo
 echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1))"

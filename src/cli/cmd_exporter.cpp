@@ -2,6 +2,7 @@
 // allocator series) over samples taken in the background. --once prints one scrape and exits.
 #include <pthread.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -59,6 +60,7 @@ int run_exporter(const ExporterOptions& o) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGUSR1);  // internal: wakes the waiter when serving ends on its own
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a scraper that hangs up mid-answer is not our death
 
@@ -76,15 +78,22 @@ int run_exporter(const ExporterOptions& o) {
   else std::fprintf(stderr, "gpumem exporter: serving http://%s:%d/metrics, sampling every %g s\n", server_options.host.c_str(), port, interval_ms / 1000.0);
   std::fflush(stdout);
 
-  int stopped_by = 0;
+  std::atomic<int> stopped_by{0};
   std::thread waiter([&] {
-    sigwait(&stop_signals, &stopped_by);
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    stopped_by = sig;
     server.stop();
   });
   server.serve();  // returns once stopped
-  if (!stopped_by) pthread_kill(waiter.native_handle(), SIGTERM);  // serve() failed on its own: wake the waiter
+  const bool failed = stopped_by == 0;  // serve() ended on its own (the listening socket failed)
+  if (failed) pthread_kill(waiter.native_handle(), SIGUSR1);  // wake the waiter
   waiter.join();
   sampler.stop();
+  if (failed) {
+    std::fprintf(stderr, "gpumem exporter: the HTTP server stopped on its own.\n");
+    return kExitFailure;
+  }
   return stopped_by == SIGINT ? kExitInterrupted : kExitOk;
 }
 

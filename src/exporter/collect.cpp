@@ -2,95 +2,64 @@
 
 #include <unistd.h>
 
-#include <chrono>
+#include <map>
+#include <set>
 
+#include "control/client.hpp"
 #include "exporter/kubernetes.hpp"
-#include "monitor/common.hpp"
 #include "monitor/ps.hpp"
 
 namespace gpumem::exporter {
 namespace {
 
-namespace abi = nvml::abi;
-
-// Takes a reading's value; counts a failure that is not "not supported" as an NVML error.
-template <class T>
-std::optional<T> take(const nvml::Reading<T>& r, unsigned long long& errors) {
-  if (r) return *r;
-  if (!r.not_supported()) ++errors;
-  return std::nullopt;
+double unix_seconds(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
 }
 
-GpuMetrics read_gpu(const nvml::Nvml& nvml, unsigned index, unsigned long long& errors) {
-  GpuMetrics g;
-  g.index = index;
-  auto handle = nvml.device(index);
-  if (!handle) {
-    ++errors;
-    g.up = false;
-    return g;
-  }
-  abi::Device d = *handle;
-  g.model_name = take(nvml.name(d), errors).value_or("");
-  g.uuid = take(nvml.uuid(d), errors).value_or("");
-  g.pci_bus_id = take(nvml.pci_bus_id(d), errors).value_or("");
-  g.minor = take(nvml.minor_number(d), errors);
-  auto mem = nvml.memory(d);
-  if (mem.status == abi::kErrorGpuIsLost) g.up = false;
-  if (auto m = take(mem, errors)) {
-    g.fb_total_bytes = m->total;
-    g.fb_used_bytes = m->used;
-    g.fb_free_bytes = m->free;
-    g.fb_reserved_bytes = m->reserved;
-  }
-  if (auto u = take(nvml.utilization(d), errors)) {
-    g.gpu_util_percent = u->gpu;
-    g.mem_copy_util_percent = u->memory;
-  }
-  g.sm_clock_mhz = take(nvml.clock_mhz(d, abi::kClockSm), errors);
-  g.mem_clock_mhz = take(nvml.clock_mhz(d, abi::kClockMem), errors);
-  g.gpu_temp_c = take(nvml.temperature(d), errors);
-  g.memory_temp_c = take(nvml.memory_temperature(d), errors);
-  if (auto mw = take(nvml.power_mw(d), errors)) g.power_watts = *mw / 1000.0;
-  g.total_energy_mj = take(nvml.total_energy_mj(d), errors);
-  g.pcie_replays = take(nvml.pcie_replay_counter(d), errors);
-  return g;
+GpuMetrics gpu_metrics(const monitor::GpuSample& g) {
+  GpuMetrics m;
+  m.index = g.index;
+  m.uuid = g.uuid.value_or("");
+  m.pci_bus_id = g.bus_id.value_or("");
+  m.model_name = g.name.value_or("");
+  m.minor = g.minor;
+  m.up = g.error.empty();
+  m.fb_total_bytes = g.memory_total;
+  m.fb_used_bytes = g.memory_used;
+  m.fb_free_bytes = g.memory_free;
+  m.fb_reserved_bytes = g.memory_reserved;
+  m.gpu_util_percent = g.util_gpu;
+  m.mem_copy_util_percent = g.util_memory;
+  m.sm_clock_mhz = g.clock_sm_mhz;
+  m.mem_clock_mhz = g.clock_memory_mhz;
+  m.gpu_temp_c = g.temperature;
+  m.memory_temp_c = g.memory_temperature;
+  if (g.power_mw) m.power_watts = *g.power_mw / 1000.0;
+  m.total_energy_mj = g.energy_mj;
+  m.pcie_replays = g.pcie_replays;
+  return m;
 }
 
-void read_processes(const nvml::Nvml& nvml, const CollectOptions& options, Snapshot& s) {
-  std::vector<monitor::GpuRef> refs;
-  for (const GpuMetrics& g : s.gpus) {
-    monitor::GpuRef ref;
-    ref.index = g.index;
-    auto handle = nvml.device(g.index);
-    if (handle) ref.device = *handle;
-    else ref.status = handle.status;
-    refs.push_back(ref);
-  }
-  monitor::PsReport ps = monitor::collect_ps(nvml, refs, options.dev_dir);
-  s.health.unreadable_processes = ps.unreadable_fd_dirs;
-  for (const monitor::PsEntry& e : ps.entries) {
-    if (e.kind == monitor::PsKind::kNoContext && e.proc && monitor::is_driver_daemon(*e.proc)) continue;
-    ProcessMetrics p;
-    p.gpu = e.gpu;
-    p.pid = e.pid;
-    p.kind = e.kind == monitor::PsKind::kContext ? ProcessKind::kContext
-             : e.kind == monitor::PsKind::kGone  ? ProcessKind::kExited
-                                                 : ProcessKind::kNoContext;
-    p.used_bytes = e.used_bytes;
-    if (e.proc) {
-      p.user = e.proc->user;
-      p.command = e.proc->comm;
-      p.container = e.proc->container;
-      if (!p.container.empty()) {
-        PodIdentity pod = read_pod_identity(e.pid, options.proc_dir);
-        p.pod_uid = pod.uid;
-        p.pod = pod.name;
-        p.namespace_ = pod.namespace_;
-      }
-    }
-    s.processes.push_back(std::move(p));
-  }
+void describe(ProcessMetrics& p, const monitor::ProcInfo& info, const CollectOptions& options) {
+  p.user = info.user;
+  p.command = info.comm;
+  p.container = info.container;
+  if (p.container.empty()) return;
+  PodIdentity pod = read_pod_identity(p.pid, options.proc_dir);
+  p.pod_uid = pod.uid;
+  p.pod = pod.name;
+  p.namespace_ = pod.namespace_;
+}
+
+// The GPU a control-channel device report is about: by UUID when the process names its device that
+// way (CUDA backends), else the only GPU NVML shows the process on, else its own device number.
+unsigned gpu_of_report(const control::DeviceReport& d, int pid, const Snapshot& s) {
+  for (const GpuMetrics& g : s.gpus)
+    if (!g.uuid.empty() && d.device_key == g.uuid) return g.index;
+  std::set<unsigned> on;
+  for (const ProcessMetrics& p : s.processes)
+    if (p.pid == pid && p.kind == ProcessKind::kContext) on.insert(p.gpu);
+  return on.size() == 1 ? *on.begin() : static_cast<unsigned>(d.device);
 }
 
 }  // namespace
@@ -101,21 +70,113 @@ std::string host_name() {
   return buf;
 }
 
-Snapshot collect_snapshot(const nvml::Nvml* nvml, const CollectOptions& options) {
-  auto start = std::chrono::steady_clock::now();
+Snapshot snapshot_from(const monitor::SampleSet& sample, const monitor::HolderScan& holders, const CollectOptions& options) {
   Snapshot s;
   s.hostname = host_name();
-  s.health.nvml_up = nvml != nullptr;
-  if (nvml) {
-    unsigned long long errors = 0;
-    auto count = nvml->device_count();
-    if (!count) ++errors;
-    for (unsigned i = 0; count && i < *count; ++i) s.gpus.push_back(read_gpu(*nvml, i, errors));
-    if (options.processes) read_processes(*nvml, options, s);
-    s.health.nvml_errors = errors;
+  s.health.nvml_up = true;
+  s.health.taken_at_unix = unix_seconds(sample.taken_at);
+  std::map<unsigned, unsigned> gpu_of_minor;
+  std::set<std::pair<unsigned, int>> listed;
+  std::map<int, std::optional<monitor::ProcInfo>> procs;
+  auto proc_of = [&](int pid) -> const std::optional<monitor::ProcInfo>& {
+    auto it = procs.find(pid);
+    if (it == procs.end()) it = procs.emplace(pid, monitor::read_process(pid)).first;
+    return it->second;
+  };
+  for (const monitor::GpuSample& g : sample.gpus) {
+    s.gpus.push_back(gpu_metrics(g));
+    if (!g.error.empty()) ++s.health.nvml_errors;
+    if (g.minor) gpu_of_minor[*g.minor] = g.index;
+    if (!g.processes) {
+      if (g.error.empty() && options.processes) ++s.health.nvml_errors;
+      continue;
+    }
+    for (const monitor::ProcessSample& ps : *g.processes) {
+      ProcessMetrics p;
+      p.gpu = g.index;
+      p.pid = static_cast<int>(ps.pid);
+      p.used_bytes = ps.used_bytes;
+      listed.insert({p.gpu, p.pid});
+      const auto& info = proc_of(p.pid);
+      p.kind = info ? ProcessKind::kContext : ProcessKind::kExited;
+      if (info) describe(p, *info, options);
+      s.processes.push_back(std::move(p));
+    }
   }
+  s.health.unreadable_processes = holders.unreadable;
+  for (const monitor::DeviceHolder& h : holders.holders) {
+    auto gpu = gpu_of_minor.find(h.minor);
+    if (gpu == gpu_of_minor.end() || !listed.insert({gpu->second, h.pid}).second) continue;
+    const auto& info = proc_of(h.pid);
+    if (!info || monitor::is_driver_daemon(*info)) continue;  // exited since the scan, or nvidia-persistenced
+    ProcessMetrics p;
+    p.gpu = gpu->second;
+    p.pid = h.pid;
+    p.kind = ProcessKind::kNoContext;
+    describe(p, *info, options);
+    s.processes.push_back(std::move(p));
+  }
+  return s;
+}
+
+void add_allocators(Snapshot& s, const CollectOptions& options) {
+  for (const control::ProcessRef& ref : control::list_processes(true)) {
+    control::ProcessReport report;
+    try {
+      report = control::stats(ref.pid, options.control_timeout);
+    } catch (const control::ControlError& e) {
+      if (e.kind() != control::FailureKind::gone) ++s.health.control_errors;  // exiting is not an error
+      continue;
+    }
+    std::string command;
+    for (const ProcessMetrics& p : s.processes)
+      if (p.pid == ref.pid) command = p.command;
+    if (command.empty())
+      if (auto info = monitor::read_process(ref.pid)) command = info->comm;
+    for (const control::DeviceReport& d : report.devices) {
+      AllocatorMetrics a;
+      a.gpu = gpu_of_report(d, ref.pid, s);
+      a.pid = ref.pid;
+      a.command = command;
+      a.allocated_bytes = d.allocated_bytes;
+      a.reserved_bytes = d.reserved_bytes;
+      a.peak_allocated_bytes = d.allocated_peak_bytes;
+      a.requested_bytes = d.requested_bytes;
+      a.largest_free_bytes = d.largest_free_bytes;
+      if (d.limit_bytes > 0) a.limit_bytes = d.limit_bytes;
+      a.ooms = d.num_ooms;
+      a.alloc_retries = d.num_alloc_retries;
+      s.allocators.push_back(std::move(a));
+    }
+  }
+}
+
+Snapshot Collector::collect() {
+  const auto start = std::chrono::steady_clock::now();
+  Snapshot s;
+  std::string nvml_error;
+  if (!sampler_) {
+    try {
+      monitor::SamplerOptions o;
+      o.processes = options_.processes;
+      sampler_.emplace(o);
+    } catch (const std::exception& e) {  // NVML missing or failing, or no GPU: tried again next sample
+      nvml_error = e.what();
+    }
+  }
+  if (sampler_) {
+    if (options_.processes && start - holders_at_ >= options_.holder_scan_every) {
+      holders_ = monitor::scan_device_holders(options_.dev_dir);
+      holders_at_ = start;
+    }
+    s = snapshot_from(sampler_->sample(), options_.processes ? holders_ : monitor::HolderScan{}, options_);
+  } else {
+    s.hostname = host_name();
+    s.health.nvml_error = nvml_error;
+    s.health.taken_at_unix = unix_seconds(std::chrono::system_clock::now());
+  }
+  if (options_.control) add_allocators(s, options_);
   s.health.duration_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  s.health.taken_at_unix = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   return s;
 }
 

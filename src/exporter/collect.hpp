@@ -1,13 +1,19 @@
-// One sample of everything /metrics shows, read from NVML, /proc and the device nodes. Contract:
-// collect_snapshot() never throws for a failing GPU, field or process: a field NVML does not support
-// stays absent, a failed read is counted in health.nvml_errors and leaves its field absent, a GPU
-// whose handle is lost is kept with up=false. With nvml == nullptr (NVML missing) only the health
-// part is filled. It is the only place the exporter calls NVML, and it runs on the sampler's thread.
+// One sample of everything /metrics shows: the monitor Sampler's GPU sample (the one NVML reader, shared
+// with top and dmon), then /proc (user, command, container, pod), the holders of /dev/nvidiaN (ghosts
+// without an NVML context) and the control channel (gpumem allocators). Contract: collect() never
+// throws: NVML missing leaves only the health part filled (and NVML is tried again next sample), a GPU
+// that fails keeps its identity with up=false, a field it does not report stays absent, a process that
+// exits mid-sample is a ghost or drops out, a gpumem process that does not answer is counted in
+// health.control_errors. It runs on the exporter's sampling thread only.
 #pragma once
+#include <gpumem/monitor.hpp>
+
+#include <chrono>
+#include <optional>
 #include <string>
 
 #include "exporter/snapshot.hpp"
-#include "nvml/nvml.hpp"
+#include "monitor/procfs.hpp"
 
 namespace gpumem::exporter {
 
@@ -15,9 +21,28 @@ struct CollectOptions {
   std::string dev_dir = "/dev";    // where /dev/nvidiaN live (monitor::device_dir())
   std::string proc_dir = "/proc";  // for the Kubernetes pod identity
   bool processes = true;
+  bool control = true;  // ask gpumem processes for their allocator stats
+  std::chrono::milliseconds control_timeout{300};
+  std::chrono::seconds holder_scan_every{5};  // walking every /proc/PID/fd is the costly part
 };
 
-Snapshot collect_snapshot(const nvml::Nvml* nvml, const CollectOptions& options);
+class Collector {
+ public:
+  explicit Collector(CollectOptions options) : options_(std::move(options)) {}
+  Snapshot collect();
+
+ private:
+  CollectOptions options_;
+  std::optional<monitor::Sampler> sampler_;
+  monitor::HolderScan holders_;
+  std::chrono::steady_clock::time_point holders_at_{};
+};
+
+// The exporter's snapshot from one monitor sample and a device-node scan (reads /proc for names).
+Snapshot snapshot_from(const monitor::SampleSet& sample, const monitor::HolderScan& holders, const CollectOptions& options);
+
+// Adds the gpumem allocators (control channel) to a snapshot whose GPUs and processes are filled.
+void add_allocators(Snapshot& snapshot, const CollectOptions& options);
 
 std::string host_name();
 

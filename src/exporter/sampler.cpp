@@ -3,7 +3,6 @@
 #include <cmath>
 #include <exception>
 
-#include "nvml/library.hpp"
 
 namespace gpumem::exporter {
 
@@ -83,20 +82,8 @@ double Sampler::seconds_since_last_sample() const {
 }
 
 Sampler::CollectFn nvml_collector(CollectOptions options) {
-  auto nvml = std::make_shared<std::shared_ptr<nvml::Nvml>>();
-  return [nvml, options]() {
-    std::string error;
-    if (!*nvml) {
-      try {
-        *nvml = nvml::Nvml::open();
-      } catch (const nvml::NvmlUnavailableError& e) {
-        error = e.what();
-      }
-    }
-    Snapshot s = collect_snapshot(nvml->get(), options);
-    s.health.nvml_error = error;
-    return s;
-  };
+  auto collector = std::make_shared<Collector>(std::move(options));
+  return [collector] { return collector->collect(); };
 }
 
 }  // namespace gpumem::exporter

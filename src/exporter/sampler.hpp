@@ -1,7 +1,7 @@
 // Background sampling, so a scrape never waits on NVML. Contract: a Sampler calls its collect
 // function once per interval on its own thread (the first time at start()); latest() hands out the
 // newest Snapshot without blocking on a sample in progress (a shared_ptr copy under a short lock).
-// The collect function must not throw (collect_snapshot() does not); if it does anyway, the sample is
+// The collect function must not throw (Collector::collect() does not); if it does anyway, the sample is
 // dropped and counted, and the sampler keeps going. stop() (or the destructor) joins the thread.
 #pragma once
 #include <chrono>
@@ -46,9 +46,8 @@ class Sampler {
   std::thread thread_;
 };
 
-// The exporter's collect function: opens NVML on first use and, while it is missing or fails to
-// initialise, again at every sample (a driver installed or loaded later is picked up without a
-// restart); then collect_snapshot() over it. NVML's failure goes into the snapshot's health.
+// The exporter's collect function: a Collector, which opens NVML on first use and, while it is missing
+// or fails to initialise, again at every sample (a driver loaded later is picked up without a restart).
 Sampler::CollectFn nvml_collector(CollectOptions options);
 
 }  // namespace gpumem::exporter

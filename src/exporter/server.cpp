@@ -51,6 +51,7 @@ MetricsServer::MetricsServer(Sampler& sampler, ServerOptions options)
   http_->set_keep_alive_timeout(options_.io_timeout.count());
   http_->set_keep_alive_max_count(100);
   http_->set_payload_max_length(64 << 10);
+  http_->set_tcp_nodelay(true);  // headers and body go out in separate writes: no 40 ms Nagle/delayed-ACK stall
   // httplib's default adds SO_REUSEPORT, which lets a second exporter share the port and silently
   // split the scrapes between two processes; SO_REUSEADDR alone still allows a quick restart.
   http_->set_socket_options([](socket_t sock) {
