@@ -88,7 +88,7 @@ step "3b driver call cost: cuMemCreate/Map/SetAccess/Unmap/Release at 2 and 16 M
 step "4 python shim + gpumem run (real torch)" 300 env GPUMEM_BUILD_DIR="$PWD/$BIN" python3 -m unittest -v tests/python/test_gpumem_torch.py
 
 # 5 training: native, gpumem, gpumem with --limit 1.02x the peak live bytes gpumem saw.
-for w in lm resnet; do
+for w in ${GPU_CHECK_WORKLOADS:-lm resnet vit generate}; do
   step "5 $w native" 300 python3 bench/gpu/train.py $w --out "$RES/${w}_native.json"
   # The gpumem run also records its allocation trace, so `gpumem replay` can study it anywhere.
   step "5 $w gpumem" 300 env GPUMEM_TRACE="$RES/${w}_gpumem_trace.jsonl.gz" "$BIN/gpumem" run --report "$RES/${w}_gpumem_report.json" -- python3 bench/gpu/train.py $w --out "$RES/${w}_gpumem.json"
