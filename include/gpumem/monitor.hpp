@@ -38,7 +38,6 @@ struct GpuSample {
   std::optional<unsigned> encoder_percent, decoder_percent;
   std::optional<unsigned long long> bar1_used;
   std::optional<unsigned long long> ecc_corrected, ecc_uncorrected;  // volatile counts
-  std::optional<unsigned> pcie_replays;
   std::optional<std::vector<ProcessSample>> processes;  // absent: the process list could not be read
   std::string processes_error;                          // why, when absent
 };
