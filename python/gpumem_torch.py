@@ -274,7 +274,7 @@ def _run_setup():
     previous_hook = sys.excepthook
 
     def excepthook(kind, value, tb):
-        if "gpumem: out of memory" in str(value):
+        if "CUDA out of memory" in str(value):  # gpumem.explain_out_of_memory begins so
             state["oom"] = True
         previous_hook(kind, value, tb)
 

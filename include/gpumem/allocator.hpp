@@ -17,6 +17,8 @@
 
 #include "gpumem/backend.hpp"
 #include "gpumem/errors.hpp"
+#include "gpumem/events.hpp"
+#include "gpumem/snapshot.hpp"
 #include "gpumem/stats.hpp"
 
 namespace gpumem {
@@ -81,6 +83,14 @@ class Allocator {
   // Called with one sentence for each invalid free; the default writes it to stderr.
   using ErrorHandler = std::function<void(const std::string&)>;
   void set_error_handler(ErrorHandler handler);
+
+  // Every block, region and mapping at one moment (taken under all pool locks). O(blocks).
+  AllocatorSnapshot snapshot() const;
+
+  // Observers receive every event (gpumem/events.hpp) from now on, until removed. Adding one twice
+  // has no effect. Thread-safe; removal waits for events being delivered.
+  void add_observer(std::shared_ptr<AllocatorObserver> observer);
+  void remove_observer(const AllocatorObserver* observer);
 
   // Checks every internal invariant (block list, free lists, page accounting, stats); throws
   // gpumem::Error describing the first violation. For tests; O(blocks).

@@ -100,10 +100,7 @@ void* gpumem_malloc(ssize_t size, int device, void* stream) {
     throw std::invalid_argument(tls_last_error);
   }
   try {
-    api::trace_start_from_env();
-    void* p = default_allocator(device).allocate(std::size_t(size), stream_id(stream));
-    api::trace_alloc(DevicePtr(p), std::size_t(size), stream_id(stream));
-    return p;
+    return default_allocator(device).allocate(std::size_t(size), stream_id(stream));
   } catch (const std::exception& e) {
     tls_last_error = e.what();
     throw;
@@ -118,7 +115,6 @@ void gpumem_free(void* ptr, size_t /*size*/, int device, void* stream) {
     tls_last_error = "gpumem: free of a pointer no gpumem allocator handed out";
     return;
   }
-  api::trace_free(DevicePtr(ptr), stream_id(stream));
   a->deallocate(ptr, stream_id(stream));
 }
 
@@ -144,9 +140,7 @@ int gpumem_allocate(size_t size, int device, void* stream, void** out) {
   }
   *out = nullptr;
   return guarded([&] {
-    api::trace_start_from_env();
     *out = default_allocator(device).allocate(size, stream_id(stream));
-    api::trace_alloc(DevicePtr(*out), size, stream_id(stream));
   });
 }
 
@@ -158,7 +152,6 @@ int gpumem_deallocate(void* ptr, int device, void* stream) {
     return GPUMEM_E_INVALID;
   }
   FreeResult result = a->try_deallocate(ptr, stream_id(stream));
-  if (result == FreeResult::ok) api::trace_free(DevicePtr(ptr), stream_id(stream));
   switch (result) {
     case FreeResult::ok:
     case FreeResult::null_pointer:

@@ -11,6 +11,7 @@
 
 #include "api/env_config.hpp"
 #include "api/registry_internal.hpp"
+#include "api/trace_recorder.hpp"
 #include "gpumem/cuda_backend.hpp"
 #include "gpumem/host_backend.hpp"
 #include "gpumem/memory.hpp"
@@ -81,6 +82,7 @@ Allocator& create(int device) {
   if (fraction) allocator->set_memory_fraction(*fraction);
   Allocator* raw = allocator.release();
   r.allocators[std::size_t(device)].store(raw, std::memory_order_release);
+  api::trace_attach(*raw);
   return *raw;
 }
 
@@ -110,6 +112,11 @@ Allocator* owner_of(const void* ptr) noexcept {
   for (int d = 0; d < kMaxDevices; ++d)
     if (Allocator* a = existing(d); a && a->block_size(ptr) != 0) return a;
   return nullptr;
+}
+
+void for_each_default_allocator(const std::function<void(Allocator&)>& fn) {
+  for (int d = 0; d < kMaxDevices; ++d)
+    if (Allocator* a = existing(d)) fn(*a);
 }
 
 void set_current_device(int device) {

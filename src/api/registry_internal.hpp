@@ -1,5 +1,7 @@
 // Lookups on the default allocators that never create one (for the C ABI's free and record_stream paths).
 #pragma once
+#include <functional>
+
 #include "gpumem/allocator.hpp"
 
 namespace gpumem {
@@ -8,5 +10,7 @@ namespace gpumem {
 Allocator* find_default_allocator(int device) noexcept;
 // The default allocator that handed out the block starting at ptr, else nullptr.
 Allocator* owner_of(const void* ptr) noexcept;
+// Calls fn for every default allocator made so far.
+void for_each_default_allocator(const std::function<void(Allocator&)>& fn);
 
 }  // namespace gpumem

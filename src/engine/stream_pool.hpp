@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/arena.hpp"
+#include "engine/event_hub.hpp"
 #include "engine/pool_stats.hpp"
 #include "engine/pointer_map.hpp"
 #include "engine/spin_lock.hpp"
@@ -15,7 +16,8 @@ namespace gpumem::engine {
 
 class StreamPool {
  public:
-  StreamPool(Backend& backend, PhysicalMemory& physical, const AllocatorConfig& config, StreamId stream);
+  StreamPool(Backend& backend, PhysicalMemory& physical, const AllocatorConfig& config, StreamId stream,
+             const EventHub& hub);
   ~StreamPool();
 
   StreamId stream() const noexcept { return stream_; }
@@ -39,6 +41,11 @@ class StreamPool {
   void reset_accumulated() noexcept;
   std::size_t largest_free() const noexcept;
   const Arena& arena(bool small) const noexcept { return small ? small_ : large_; }
+  // Blocks freed by the program, still waiting for other streams.
+  template <typename Fn>
+  void for_each_pending(Fn&& fn) const {
+    for (const Pending& p : pending_) fn(p.block);
+  }
   void check_invariants() const;
 
  private:
@@ -58,6 +65,7 @@ class StreamPool {
 
   StreamId stream_;
   Backend& backend_;
+  const EventHub& hub_;
   SpinLock lock_;
   BlockRecycler recycler_;  // before the arenas: their blocks live in its slabs
   Arena small_, large_;
