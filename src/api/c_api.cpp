@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/context_hook.hpp"
 #include "api/registry_internal.hpp"
 #include "api/trace_recorder.hpp"
 #include "gpumem/memory.hpp"
@@ -89,6 +90,10 @@ StreamId stream_id(void* stream) { return reinterpret_cast<StreamId>(stream); }
 
 }  // namespace
 
+namespace gpumem::api {
+void set_last_error(const std::string& sentence) { tls_last_error = sentence; }
+}  // namespace gpumem::api
+
 extern "C" {
 
 const char* gpumem_version(void) { return "0.1.0"; }
@@ -100,6 +105,7 @@ void* gpumem_malloc(ssize_t size, int device, void* stream) {
     throw std::invalid_argument(tls_last_error);
   }
   try {
+    api::run_context_hook();
     return default_allocator(device).allocate(std::size_t(size), stream_id(stream));
   } catch (const std::exception& e) {
     tls_last_error = e.what();
@@ -140,6 +146,7 @@ int gpumem_allocate(size_t size, int device, void* stream, void** out) {
   }
   *out = nullptr;
   return guarded([&] {
+    api::run_context_hook();
     *out = default_allocator(device).allocate(size, stream_id(stream));
   });
 }
