@@ -214,6 +214,7 @@ def install(patch_torch=True):
     torch.cuda.memory.change_current_allocator(allocator)
     _torch_allocator = allocator
     _installed = True
+    _history_module().install(torch, lib)
     if patch_torch:
         this = sys.modules[__name__]
         for name in _TORCH_NAMES:
@@ -221,6 +222,16 @@ def install(patch_torch=True):
             setattr(torch.cuda.memory, name, getattr(this, name))
         torch.cuda.reset_max_memory_allocated = reset_peak_memory_stats
         torch.cuda.memory.reset_max_memory_allocated = reset_peak_memory_stats
+
+
+def _history_module():
+    """gpumem_history.py (memory history, snapshots): beside this file, else beside libgpumem.so."""
+    try:
+        import gpumem_history
+    except ImportError:
+        sys.path.append(os.path.dirname(_lib_path))
+        import gpumem_history
+    return gpumem_history
 
 
 class _InstallWhenTorchLoads:

@@ -26,7 +26,7 @@ if [[ "${1:-}" == "--prepare" ]]; then
   for prog in tests/gpu/stream_rule.cu bench/gpu/host_cost.cu; do
     nvcc -O2 -std=c++20 -gencode arch=compute_90,code=sm_90 -Iinclude "$prog" $LIBS -ldl -o "$BIN/$(basename "$prog" .cu)"
   done
-  cp "$BUILD/gpumem" "$BUILD/libgpumem.so" "$BUILD/gpumem_torch.py" "$BUILD/tests/backends/backend_conformance_test" "$BIN/"
+  cp "$BUILD/gpumem" "$BUILD/libgpumem.so" "$BUILD/gpumem_torch.py" "$BUILD/gpumem_history.py" "$BUILD/tests/backends/backend_conformance_test" "$BIN/"
   strip "$BIN/gpumem" "$BIN/libgpumem.so" "$BIN/backend_conformance_test" "$BIN/stream_rule" "$BIN/host_cost"
   du -sh "$BIN"
   exit 0
@@ -64,7 +64,7 @@ finish() {
 }
 trap finish EXIT
 
-for f in gpumem libgpumem.so gpumem_torch.py backend_conformance_test stream_rule host_cost; do
+for f in gpumem libgpumem.so gpumem_torch.py gpumem_history.py backend_conformance_test stream_rule host_cost; do
   [[ -e $BIN/$f ]] || { echo "gpu-check: $BIN/$f is missing: run scripts/gpu-check.sh --prepare and carry $BIN"; exit 1; }
 done
 nvidia-smi -L

@@ -1,5 +1,8 @@
 #include "report/history.hpp"
 
+#include <dlfcn.h>
+
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 
@@ -11,6 +14,20 @@ namespace gpumem::report {
 namespace {
 thread_local std::vector<Frame> tls_frames;
 thread_local bool tls_has_frames = false;
+
+std::atomic<MemoryHistory::FrameSource> frame_source{nullptr};
+
+// Python frames can only be taken by a thread that holds the GIL: a callback into Python from any other
+// thread would block on the GIL (and deadlock if its holder waits for this thread). The interpreter's
+// PyGILState_Check is found in the process, if any; without an interpreter the source is C's and is called.
+void call_frame_source() {
+  MemoryHistory::FrameSource source = frame_source.load(std::memory_order_relaxed);
+  if (!source) return;
+  using GilCheck = int (*)();
+  static const GilCheck gil_check = reinterpret_cast<GilCheck>(dlsym(RTLD_DEFAULT, "PyGILState_Check"));
+  if (gil_check && !gil_check()) return;
+  source();
+}
 
 std::int64_t now_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -41,7 +58,8 @@ void MemoryHistory::start(const HistoryOptions& options, FrameSource source) {
     for (auto& [device, trace] : traces_)
       while (trace.size() > options_.max_entries) trace.pop_front();
   }
-  api::context_hook.store(options.stacks ? source : nullptr);
+  frame_source.store(source);
+  api::context_hook.store(options.stacks && source ? call_frame_source : nullptr);
   // Outside our mutex: allocating threads hold the allocator's locks and then take ours.
   default_allocator(-1);
   for_each_default_allocator([](Allocator& a) { a.add_observer(process_history_handle()); });
