@@ -17,15 +17,20 @@ thread_local bool tls_has_frames = false;
 
 std::atomic<MemoryHistory::FrameSource> frame_source{nullptr};
 
-// Python frames can only be taken by a thread that holds the GIL: a callback into Python from any other
-// thread would block on the GIL (and deadlock if its holder waits for this thread). The interpreter's
-// PyGILState_Check is found in the process, if any; without an interpreter the source is C's and is called.
+// Python frames need the GIL. The source is called when this thread holds it (PyGILState_Check), or
+// when it is a Python thread that released it around the allocating call (PyTorch's op bindings
+// do): the callback then takes the GIL back, as PyTorch's own stack capture does, and this runs before
+// any allocator lock is taken. Threads Python does not know (C++ workers) get no frames: a callback
+// there would create a thread state and wait for the GIL. Without an interpreter the source is C's.
 void call_frame_source() {
   MemoryHistory::FrameSource source = frame_source.load(std::memory_order_relaxed);
   if (!source) return;
   using GilCheck = int (*)();
+  using ThisThreadState = void* (*)();
   static const GilCheck gil_check = reinterpret_cast<GilCheck>(dlsym(RTLD_DEFAULT, "PyGILState_Check"));
-  if (gil_check && !gil_check()) return;
+  static const ThisThreadState thread_state =
+      reinterpret_cast<ThisThreadState>(dlsym(RTLD_DEFAULT, "PyGILState_GetThisThreadState"));
+  if (gil_check && !gil_check() && !(thread_state && thread_state())) return;
   source();
 }
 
