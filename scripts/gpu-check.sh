@@ -84,6 +84,8 @@ step "2 stream rule (record_stream, unmap wait)" 120 "$BIN/stream_rule"
 if [[ -f $WORK/c10_shim.so ]]; then SHIM=$WORK/c10_shim.so; else SHIM=""; fi
 step "3 host cost vs c10 / cudaMallocAsync / cudaMalloc" 300 "$BIN/host_cost" $SHIM --json "$RES/host_cost.json"
 step "4 python shim + gpumem run (real torch)" 300 env GPUMEM_BUILD_DIR="$PWD/$BIN" python3 -m unittest -v tests/python/test_gpumem_torch.py
+step "4b snapshot -> _memory_viz, native" 120 python3 bench/gpu/snapshot_check.py "$RES/snapshot_native.pickle"
+step "4b snapshot -> _memory_viz, gpumem" 120 "$BIN/gpumem" run -- python3 bench/gpu/snapshot_check.py "$RES/snapshot_gpumem.pickle"
 
 # 5 training: native, gpumem, gpumem with --limit 1.02x the peak live bytes gpumem saw.
 for w in lm resnet; do
