@@ -143,4 +143,10 @@ TorchSnapshotInput MemoryHistory::torch_snapshot() const {
   return in;
 }
 
+void write_process_snapshot(std::ostream& out, SnapshotFormat format) {
+  TorchSnapshotInput in = process_history().torch_snapshot();
+  if (format == SnapshotFormat::torch_pickle) write_torch_snapshot(in, out);
+  else write_snapshot_json(in.devices, out);
+}
+
 }  // namespace gpumem::report

@@ -53,4 +53,9 @@ class MemoryHistory final : public AllocatorObserver {
 MemoryHistory& process_history();
 std::shared_ptr<AllocatorObserver> process_history_handle();
 
+// This process's snapshot (every default allocator, plus the history if any), for the control channel's
+// `gpumem snapshot PID -o FILE`: PyTorch's pickle or gpumem's JSON, streamed to `out`.
+enum class SnapshotFormat { torch_pickle, gpumem_json };
+void write_process_snapshot(std::ostream& out, SnapshotFormat format);
+
 }  // namespace gpumem::report

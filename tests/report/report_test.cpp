@@ -160,8 +160,9 @@ TEST_F(History, MaxEntriesKeepsTheLastEvents) {
   gpumem_history_stop();
   gpumem_history_clear();
   std::ostringstream json;
-  write_snapshot_json(in.devices, json);
+  write_process_snapshot(json, SnapshotFormat::gpumem_json);
   EXPECT_EQ(json.str().rfind("{\"version\":1,\"devices\":[{", 0), 0u) << json.str().substr(0, 80);
+  EXPECT_NE(json.str().find("\"state\":\"free\""), std::string::npos);
 }
 
 }  // namespace
