@@ -163,6 +163,15 @@ TEST_F(History, MaxEntriesKeepsTheLastEvents) {
   write_process_snapshot(json, SnapshotFormat::gpumem_json);
   EXPECT_EQ(json.str().rfind("{\"version\":1,\"devices\":[{", 0), 0u) << json.str().substr(0, 80);
   EXPECT_NE(json.str().find("\"state\":\"free\""), std::string::npos);
+  const std::string path = temp_path(".json");
+  std::ofstream(path) << json.str();
+  int status = -1;
+  std::string out = run("python3 -c \"import json; d=json.load(open('" + path +
+                            "')); print(len(d['devices'][0]['regions']) > 0, 'allocated_bytes.all.current' in "
+                            "d['devices'][0]['stats'])\"",
+                        &status);
+  EXPECT_EQ(out, "True True\n");
+  std::remove(path.c_str());
 }
 
 }  // namespace
