@@ -19,7 +19,9 @@ __all__ = [
     "GpumemError", "OutOfMemoryError", "install", "is_installed", "memory_allocated", "max_memory_allocated",
     "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats", "memory_stats", "memory_summary",
     "empty_cache", "set_per_process_memory_fraction", "set_limit", "mem_get_info", "backend_name",
-    "allocate", "deallocate", "record_stream",
+    "allocate", "deallocate", "record_stream", "get_per_process_memory_fraction", "reset_accumulated_memory_stats",
+    "cache_info", "oom_marker", "is_out_of_memory", "attach_out_of_memory_observer", "on_stop", "SharedAllocation",
+    "OpenedAllocation",
 ]
 
 
@@ -77,12 +79,39 @@ def _load():
         "gpumem_mem_get_info": (c.c_int, [c.c_int, c.POINTER(c.c_size_t), c.POINTER(c.c_size_t)]),
         "gpumem_memory_stats_json": (c.c_int, [c.c_int, c.c_char_p, c.c_size_t]),
         "gpumem_memory_summary": (c.c_int, [c.c_int, c.c_char_p, c.c_size_t]),
+        "gpumem_pool_incref": (c.c_int, [c.c_int, c.c_ulonglong, c.c_ulonglong]),
+        "gpumem_pool_release": (c.c_int, [c.c_int, c.c_ulonglong, c.c_ulonglong]),
+        "gpumem_pool_use_count": (c.c_int, [c.c_int, c.c_ulonglong, c.c_ulonglong]),
+        "gpumem_pool_live_blocks": (c.c_long, [c.c_int, c.c_ulonglong, c.c_ulonglong,
+                                               c.POINTER(c.c_size_t), c.c_size_t]),
+        "gpumem_pool_checkpoint": (c.c_long, [c.c_int, c.c_ulonglong, c.c_ulonglong]),
+        "gpumem_pool_restore": (c.c_long, [c.c_long, c.POINTER(c.c_size_t), c.c_size_t]),
+        "gpumem_pool_checkpoint_free": (c.c_int, [c.c_long]),
+        "gpumem_oom_marker": (c.c_char_p, []),
+        "gpumem_torch_oom_available": (c.c_int, []),
+        "gpumem_set_oom_observer": (c.c_int, [c.c_void_p]),
+        "gpumem_get_fraction": (c.c_int, [c.c_int, c.POINTER(c.c_double)]),
+        "gpumem_reset_accumulated_memory_stats": (c.c_int, [c.c_int]),
+        "gpumem_cache_info": (c.c_int, [c.c_int, c.POINTER(c.c_size_t)]),
+        "gpumem_torch_enable_cache_info": (c.c_int, []),
+        "gpumem_stop_requested": (c.c_int, []),
+        "gpumem_ipc_export": (c.c_int, [c.c_void_p, c.c_char_p, c.c_size_t]),
+        "gpumem_ipc_open": (c.c_int, [c.c_int, c.c_char_p, c.POINTER(c.c_void_p)]),
+        "gpumem_ipc_close": (c.c_int, [c.c_void_p]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
     _lib, _lib_path = lib, path
     return lib
+
+
+def _has_module(name):
+    import importlib.util
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _check(rc):
@@ -182,6 +211,250 @@ def record_stream(ptr, stream):
     _check(_load().gpumem_record_stream_checked(ctypes.c_void_p(ptr or None), ctypes.c_void_p(stream or None)))
 
 
+def get_per_process_memory_fraction(device=None):
+    """The fraction set last (exactly), else the limit as a fraction of the device, else 1.0."""
+    out = ctypes.c_double()
+    _check(_load().gpumem_get_fraction(_device(device), ctypes.byref(out)))
+    return out.value
+
+
+def reset_accumulated_memory_stats(device=None):
+    _check(_load().gpumem_reset_accumulated_memory_stats(_device(device)))
+
+
+def cache_info(device=None):
+    """Largest block an allocation could get now (what PyTorch's cacheInfo tells cuDNN)."""
+    out = ctypes.c_size_t()
+    _check(_load().gpumem_cache_info(_device(device), ctypes.byref(out)))
+    return out.value
+
+
+def oom_marker():
+    """Text in every gpumem out-of-memory message that is not PyTorch's own OutOfMemoryError (gpumem.h)."""
+    return _load().gpumem_oom_marker().decode()
+
+
+def is_out_of_memory(error):
+    """True for an exception that is a gpumem out of memory: torch.OutOfMemoryError (gpumem_malloc throws
+    c10's own type), this module's OutOfMemoryError, or a RuntimeError carrying the library's marker."""
+    torch = sys.modules.get("torch")
+    kinds = (OutOfMemoryError,) + tuple(k for k in (getattr(torch, "OutOfMemoryError", None),
+                                                    getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None))
+                                        if isinstance(k, type))
+    if isinstance(error, kinds):
+        return True
+    try:
+        return oom_marker() in str(error)
+    except GpumemError:
+        return False
+
+
+_oom_observers = []
+_OOM_OBSERVER_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t)
+
+
+def _call_oom_observers(device, requested, device_allocated, device_free):
+    for observer in list(_oom_observers):
+        try:
+            observer(device, requested, device_allocated, device_free)
+        except Exception as e:  # an observer must not turn the OOM into a crash inside the allocator
+            sys.stderr.write(f"gpumem: out-of-memory observer {observer!r} raised {e!r}\n")
+
+
+_oom_trampoline = _OOM_OBSERVER_TYPE(_call_oom_observers)
+
+
+def attach_out_of_memory_observer(observer):
+    """torch._C._cuda_attach_out_of_memory_observer: observer(device, alloc, device_allocated, device_free)
+    runs on each out of memory, before the exception is raised."""
+    if not callable(observer):
+        raise TypeError("gpumem: the out-of-memory observer must be callable")
+    if not _oom_observers:
+        _check(_load().gpumem_set_oom_observer(ctypes.cast(_oom_trampoline, ctypes.c_void_p)))
+    _oom_observers.append(observer)
+
+
+def _nested(flat):
+    """memory_stats()'s flat "a.b.c" keys as the nested dict torch._C._cuda_memoryStats returns."""
+    nested = {}
+    for key, value in flat.items():
+        parts = key.split(".")
+        node = nested
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return nested
+
+
+def _patch_torch_internals(torch):
+    """Points the torch._C functions that PyTorch's pluggable allocator refuses at gpumem. torch.cuda's and
+    torch.accelerator's Python functions look these up at call time, so memory_stats, memory_allocated,
+    memory_summary, get_per_process_memory_fraction, reset_accumulated_memory_stats & co. all answer."""
+    C = torch._C
+    replacements = {
+        "_cuda_memoryStats": lambda device: _nested(memory_stats(device)),
+        "_cuda_resetAccumulatedMemoryStats": reset_accumulated_memory_stats,
+        "_cuda_resetPeakMemoryStats": reset_peak_memory_stats,
+        "_cuda_getMemoryFraction": get_per_process_memory_fraction,
+        "_cuda_attach_out_of_memory_observer": attach_out_of_memory_observer,
+        "_accelerator_getDeviceStats": lambda device=None: _nested(memory_stats(device)),
+        "_accelerator_resetAccumulatedStats": reset_accumulated_memory_stats,
+        "_accelerator_resetPeakStats": reset_peak_memory_stats,
+    }
+    for name, fn in replacements.items():
+        if hasattr(C, name):
+            setattr(C, name, fn)
+    for module in (torch.cuda, getattr(torch.cuda, "memory", None)):
+        if module is not None:
+            module.get_per_process_memory_fraction = get_per_process_memory_fraction
+            module.reset_accumulated_memory_stats = reset_accumulated_memory_stats
+
+
+def on_stop(fn):
+    """Run fn() in the main thread when `gpumem stop PID` asks this process to stop, instead of raising
+    KeyboardInterrupt there (e.g. to save a checkpoint and leave the training loop). Ctrl-C keeps its
+    usual meaning. The cache has already been released when fn runs."""
+    import signal
+    lib = _load()
+    previous = signal.getsignal(signal.SIGINT)
+
+    def handler(signum, frame):
+        if lib.gpumem_stop_requested():
+            fn()
+        elif callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+
+
+# ---- CUDA IPC: gpumem allocations shared with other processes (torch.multiprocessing) ----------------------
+_exported = []  # (read end of a keep-alive pipe, what keeps the memory alive) until every receiver lets go
+
+
+def _collect_exported():
+    """Drops the references of exports whose receivers all closed their end of the keep-alive pipe."""
+    import select
+    keep = []
+    for read_end, owner in _exported:
+        if select.select([read_end], [], [], 0)[0] and os.read(read_end, 1) == b"":
+            os.close(read_end)
+        else:
+            keep.append((read_end, owner))
+    _exported[:] = keep
+
+
+class SharedAllocation:
+    """A live gpumem allocation on its way to another process: pickle it through multiprocessing (its file
+    descriptors travel as multiprocessing.reduction.DupFd) and call open() there. The exporting process
+    keeps `owner` (e.g. the tensor's storage) alive until every receiver has closed what it opened."""
+
+    def __init__(self, address, device, owner=None):
+        from multiprocessing.reduction import DupFd
+        lib = _load()
+        buf = ctypes.create_string_buffer(1 << 16)
+        needed = _check(lib.gpumem_ipc_export(ctypes.c_void_p(address), buf, len(buf)))
+        if needed >= len(buf):  # the library closed the descriptors of the first try
+            buf = ctypes.create_string_buffer(needed + 1)
+            _check(lib.gpumem_ipc_export(ctypes.c_void_p(address), buf, len(buf)))
+        description = json.loads(buf.value.decode())
+        per_piece = [piece.pop("fds") for piece in description["pieces"]]
+        fds = [fd for piece_fds in per_piece for fd in piece_fds]
+        try:
+            self._fds = [DupFd(fd) for fd in fds]
+        finally:
+            for fd in fds:
+                os.close(fd)
+        read_end, write_end = os.pipe()
+        try:
+            self._keepalive = DupFd(write_end)
+        finally:
+            os.close(write_end)
+        _collect_exported()
+        _exported.append((read_end, owner))
+        self._counts = [len(piece_fds) for piece_fds in per_piece]
+        self._description, self.device = description, int(device)
+        self.nbytes = description["bytes"] - description["offset"]
+
+    def open(self):
+        """In the receiving process: maps the memory here; returns an OpenedAllocation."""
+        fds = [holder.detach() for holder in self._fds]
+        try:
+            description = json.loads(json.dumps(self._description))
+            at = 0
+            for piece, n in zip(description["pieces"], self._counts):
+                piece["fds"], at = fds[at:at + n], at + n
+            out = ctypes.c_void_p()
+            _check(_load().gpumem_ipc_open(self.device, json.dumps(description).encode(), ctypes.byref(out)))
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return OpenedAllocation(out.value, self.nbytes, self.device, self._keepalive.detach())
+
+
+class OpenedAllocation:
+    """Another process's gpumem memory mapped here; close() (or garbage collection) unmaps it and tells the
+    exporter. Exposes __cuda_array_interface__ so torch.as_tensor(opened, device=...) views it in place."""
+
+    def __init__(self, address, nbytes, device, keepalive_fd):
+        self.address, self.nbytes, self.device, self._keepalive = address, nbytes, device, keepalive_fd
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": (self.nbytes,), "typestr": "|u1", "data": (self.address, False), "version": 3,
+                "strides": None}
+
+    def close(self):
+        if self._keepalive is not None:
+            try:
+                _check(_load().gpumem_ipc_close(ctypes.c_void_p(self.address)))
+            finally:
+                os.close(self._keepalive)
+                self._keepalive = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the process exit unmaps and closes anyway
+            pass
+
+
+def _rebuild_cuda_tensor(shared, dtype, size, stride, offset, requires_grad):
+    import torch
+    opened = shared.open()
+    raw = torch.as_tensor(opened, device=f"cuda:{shared.device}")  # holds `opened` until the storage dies
+    t = torch.empty((0,), dtype=dtype, device=raw.device).set_(raw.untyped_storage(), offset, size, stride)
+    return t.requires_grad_(requires_grad)
+
+
+def _install_ipc(torch):
+    """torch.multiprocessing shares CUDA tensors through storage._share_cuda_, which PyTorch's pluggable
+    allocator refuses: CUDA tensors gpumem allocated go through SharedAllocation instead."""
+    import torch.multiprocessing  # noqa: F401 (registers PyTorch's reductions first)
+    from multiprocessing.reduction import ForkingPickler
+    reductions = torch.multiprocessing.reductions
+    original = reductions.reduce_tensor
+
+    def reduce_tensor(tensor):
+        if tensor.is_cuda and not (tensor.requires_grad and not tensor.is_leaf):
+            storage = tensor.untyped_storage()
+            try:
+                shared = SharedAllocation(storage.data_ptr(), tensor.device.index, owner=storage)
+            except GpumemError:
+                return original(tensor)
+            torch.cuda.current_stream(tensor.device).synchronize()  # the receiver sees finished writes
+            return (_rebuild_cuda_tensor, (shared, tensor.dtype, tuple(tensor.size()), tuple(tensor.stride()),
+                                           tensor.storage_offset(), tensor.requires_grad))
+        return original(tensor)
+
+    reductions.reduce_tensor = reduce_tensor
+    for cls, fn in list(ForkingPickler._extra_reducers.items()):
+        if fn is original:
+            ForkingPickler._extra_reducers[cls] = reduce_tensor
+    torch.cuda.ipc_collect = _collect_exported
+
+
 def is_installed():
     return _installed
 
@@ -207,13 +480,22 @@ def install(patch_torch=True):
     raw = allocator.allocator()
     hooks = (("set_reset_fn", "gpumem_reset"), ("set_memory_fraction_fn", "gpumem_set_memory_fraction"),
              ("set_record_stream_fn", "gpumem_record_stream"), ("set_base_alloc_fn", "gpumem_base_alloc"),
-             ("set_init_fn", "gpumem_init"))
+             ("set_init_fn", "gpumem_init"), ("set_begin_allocate_to_pool", "gpumem_begin_allocate_to_pool"),
+             ("set_end_allocate_to_pool_fn", "gpumem_end_allocate_to_pool"), ("set_release_pool", "gpumem_release_pool"))
+    if not hasattr(raw, "set_begin_allocate_to_pool"):
+        # Without the pool hooks a CUDA graph's memory would be handed to other tensors: wrong results.
+        raise GpumemError("gpumem: this PyTorch has no CUDA graph pool hooks in its pluggable allocator "
+                          f"(torch {torch.__version__}); gpumem needs PyTorch 2.3 or newer")
     for setter, symbol in hooks:
         if hasattr(raw, setter):
             getattr(raw, setter)(ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value)
     torch.cuda.memory.change_current_allocator(allocator)
+    if hasattr(torch, "multiprocessing") or _has_module("torch.multiprocessing"):
+        _install_ipc(torch)
+    lib.gpumem_torch_enable_cache_info()  # cuDNN benchmark's cacheInfo(); 0 (not found) leaves PyTorch's
     _torch_allocator = allocator
     _installed = True
+    _install_pool_support(torch)
     _history_module().install(torch, lib)
     if patch_torch:
         this = sys.modules[__name__]
@@ -222,6 +504,105 @@ def install(patch_torch=True):
             setattr(torch.cuda.memory, name, getattr(this, name))
         torch.cuda.reset_max_memory_allocated = reset_peak_memory_stats
         torch.cuda.memory.reset_max_memory_allocated = reset_peak_memory_stats
+        _patch_torch_internals(torch)
+
+
+# ---- Private pools: torch.cuda.MemPool and what CUDA graph trees (torch.compile mode="reduce-overhead") ask
+# of the allocator. Graph captures themselves reach gpumem through the pool hooks set in install(); these are
+# the calls PyTorch's pluggable allocator refuses, answered from gpumem's pools instead.
+
+_POOL_TAG = 0x67706D << 40  # "gpm": MemPool ids that cannot collide with PyTorch's graph pool handles
+_pool_serial = iter(range(1, 1 << 40))
+_restored_blocks = set()  # blocks a checkpoint restore allocated: PyTorch has no record of them
+
+
+def _addresses(fn, *args):
+    needed = _check(fn(*args, None, 0))
+    out = (ctypes.c_size_t * max(needed, 1))()
+    got = _check(fn(*args, out, needed))
+    return [out[i] for i in range(min(got, needed))]
+
+
+def pool_live_blocks(pool_id, device=None):
+    """Addresses of the blocks the program holds in a private pool."""
+    return _addresses(_load().gpumem_pool_live_blocks, _device(device), int(pool_id[0]), int(pool_id[1]))
+
+
+class _PoolCheckpoint:
+    """What torch._C._cuda_getCheckpointState returns under gpumem: a numbered copy of a pool's blocks."""
+
+    def __init__(self, device, pool_id):
+        self.device = device
+        self.handle = _check(_load().gpumem_pool_checkpoint(device, int(pool_id[0]), int(pool_id[1])))
+
+    def __del__(self):
+        if _lib is not None:
+            _lib.gpumem_pool_checkpoint_free(self.handle)
+
+
+def _check_pool_live_allocations(device, pool_id, live_ptrs):
+    return set(pool_live_blocks(pool_id, device)) == set(live_ptrs)
+
+
+def _get_checkpoint_state(device, pool_id):
+    return _PoolCheckpoint(_device(device), pool_id)
+
+
+def _set_checkpoint_pool_state(device, state, stale_storages, storages_to_add_deleters_to):
+    # PyTorch would also give the live storages deleters; gpumem cannot reach them, so their blocks stay
+    # allocated until the pool's next restore or its release (more memory held, never memory shared).
+    _restored_blocks.update(_addresses(_load().gpumem_pool_restore, state.handle))
+
+
+def _wrap_raw_delete(original):
+    def raw_delete(ptr):
+        if ptr in _restored_blocks:
+            _restored_blocks.discard(ptr)
+            deallocate(ptr)
+        else:
+            original(ptr)
+    return raw_delete
+
+
+class MemPool:
+    """torch.cuda.MemPool under gpumem: a private pool of gpumem's (PyTorch's own MemPool needs its native
+    allocator). Use it as PyTorch documents: torch.cuda.use_mem_pool(pool), torch.cuda.graph(g, pool=pool.id)."""
+
+    def __init__(self, allocator=None, use_on_oom=False, no_split=False):
+        if allocator is not None:
+            raise GpumemError("gpumem: MemPool(allocator=...) cannot be used under gpumem, which is itself the "
+                              "process's allocator; create MemPool() without an allocator")
+        import torch
+        self._device = torch.cuda.current_device()
+        self._id = (_POOL_TAG | next(_pool_serial), 0)
+        self.allocator = None
+        self.use_on_oom, self.no_split = use_on_oom, no_split
+        _check(_load().gpumem_pool_incref(self._device, *self._id))
+
+    @property
+    def id(self):
+        return self._id
+
+    def use_count(self):
+        return _check(_load().gpumem_pool_use_count(self._device, *self._id))
+
+    def snapshot(self, include_traces=True):
+        import torch
+        return torch.cuda.memory.memory_snapshot(self._id, include_traces=include_traces)
+
+    def __del__(self):
+        if _lib is not None and hasattr(self, "_id"):
+            _lib.gpumem_pool_release(self._device, *self._id)
+
+
+def _install_pool_support(torch):
+    C = torch._C
+    C._cuda_checkPoolLiveAllocations = _check_pool_live_allocations
+    C._cuda_getCheckpointState = _get_checkpoint_state
+    C._cuda_setCheckpointPoolState = _set_checkpoint_pool_state
+    C._cuda_cudaCachingAllocator_raw_delete = _wrap_raw_delete(C._cuda_cudaCachingAllocator_raw_delete)
+    torch.cuda.MemPool = MemPool
+    torch.cuda.memory.MemPool = MemPool
 
 
 def _history_module():
@@ -285,7 +666,7 @@ def _run_setup():
     previous_hook = sys.excepthook
 
     def excepthook(kind, value, tb):
-        if "CUDA out of memory" in str(value):  # gpumem.explain_out_of_memory begins so
+        if is_out_of_memory(value):
             state["oom"] = True
         previous_hook(kind, value, tb)
 

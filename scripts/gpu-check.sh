@@ -10,6 +10,7 @@
 #                                    cudaMalloc  4 Python shim with real torch  5 training native vs gpumem vs
 #                                    --limit 1.02x peak live (transformer LM, ResNet-50)  6 two processes with a
 #                                    limit each on one GPU  7 scripts/gpu-check-monitor.sh if present;
+#                                    10 PyTorch memory checks native vs gpumem  11 torch.empty host cost;
 #                                    logs to $OUT (default ./gpu-check-out), a short table last.
 # Through the device tool: run(command="bash scripts/gpu-check.sh", carry=[".device/gpu", ".device/mon"]).
 set -uo pipefail
@@ -153,6 +154,17 @@ fi
 if (( $(nvidia-smi -L | wc -l) >= 2 )); then
   step "9 multi-GPU: one allocator per device" 120 "$BIN/gpumem" run -- python3 bench/gpu/multi_gpu.py
 fi
+
+# 10 PyTorch's memory behaviour, native vs gpumem (bench/gpu/torch_checks.py), and 11 host cost through
+# PyTorch. Long: GPU_CHECK_TORCH=0 leaves them out; scripts/torch-checks.py --only NAMES runs a few.
+if [[ "${GPU_CHECK_TORCH:-1}" != 0 ]]; then
+  step "10 torch checks: native vs gpumem run" 580 python3 scripts/torch-checks.py --gpumem "$BIN/gpumem" \
+    --json "$RES/torch_checks.json" ${TORCH_CHECKS_ONLY:+--only "$TORCH_CHECKS_ONLY"}
+  step "11 host cost through torch.empty (1, 64 MiB)" 300 python3 bench/gpu/torch_host_cost.py --gpumem "$BIN/gpumem" \
+    --json "$RES/torch_host_cost.json"
+fi
+# 12 control channel: clear / limit / stop on a training process, cooperative release between two (issue 9).
+step "12 control channel (clear, limit, stop, cooperative)" 400 python3 bench/gpu/control_check.py "$BIN/gpumem"
 
 # 8 what a person sees: the monitor commands on this machine, with a PyTorch process holding memory.
 echo; echo "== 8 sample output"

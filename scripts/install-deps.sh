@@ -2,7 +2,8 @@
 # Installs the Debian 12 packages gpumem builds and tests with. Idempotent: does nothing when all are present.
 set -euo pipefail
 packages=(cmake g++ make pkg-config python3 zlib1g-dev libncurses-dev libgtest-dev libgmock-dev
-          libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev libcpp-httplib-dev)
+          libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev libcpp-httplib-dev
+          prometheus)  # prometheus: promtool and a real server for the exporter tests (tests/exporter)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

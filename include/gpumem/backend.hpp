@@ -14,11 +14,19 @@
 //    synchronize_stream() for one. The engine calls one of them before it unmaps memory that was freed.
 //  - Failures: calls that acquire memory throw OutOfMemoryError when the device is full and BackendError
 //    for anything else; they leave no partial state behind. Calls that give memory back are noexcept.
+//  - Sharing (CUDA IPC): where supports_sharing(), export_chunk() returns file descriptors, owned by the
+//    caller, that stand for a chunk's physical memory (one per physical allocation, in offset order); they
+//    can cross to another process over a Unix socket (SCM_RIGHTS). import_chunk() makes a chunk of this
+//    backend from such descriptors (it duplicates them; the caller keeps its own) that map() maps and
+//    release_chunk() lets go of like any other. The memory lives while any process maps or holds it.
+//    Imported chunks take no capacity. Backends that cannot share throw BackendError from both.
 //  - Threads: the engine calls the memory functions under its growth lock, one at a time; the event
 //    functions, mem_info() and synchronize() may be called from several threads at once.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "gpumem/errors.hpp"
 
@@ -63,6 +71,14 @@ class Backend {
   virtual void release_chunk(ChunkHandle chunk) noexcept = 0;
   virtual void map(DevicePtr va, std::size_t bytes, ChunkHandle chunk, std::size_t offset) = 0;
   virtual void unmap(DevicePtr va, std::size_t bytes) noexcept = 0;
+
+  virtual bool supports_sharing() const noexcept { return false; }
+  virtual std::vector<int> export_chunk(ChunkHandle /*chunk*/) {
+    throw BackendError(std::string(name()) + " backend: cannot share memory with other processes");
+  }
+  virtual ChunkHandle import_chunk(const std::vector<int>& /*fds*/, std::size_t /*bytes*/) {
+    throw BackendError(std::string(name()) + " backend: cannot share memory with other processes");
+  }
 
   virtual DevicePtr allocate(std::size_t bytes) = 0;
   virtual void free(DevicePtr ptr) noexcept = 0;

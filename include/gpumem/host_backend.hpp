@@ -12,6 +12,7 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -24,6 +25,9 @@ struct HostBackendOptions {
   std::size_t capacity = std::size_t(4) << 30;     // accounting limit on physical bytes
   std::size_t granularity = std::size_t(2) << 20;  // power of two, a multiple of the page size
   bool manual_events = false;
+  // When set, every HostBackend naming this file (in any process) counts against one capacity, kept in
+  // the file as a shared 64-bit counter: a simulated device shared across processes (GPUMEM_HOST_SHARED).
+  std::string shared_capacity_file;
 };
 
 class HostBackend final : public Backend {
@@ -42,6 +46,9 @@ class HostBackend final : public Backend {
   ChunkHandle create_chunk(std::size_t bytes) override;
   void release_chunk(ChunkHandle chunk) noexcept override;
   void map(DevicePtr va, std::size_t bytes, ChunkHandle chunk, std::size_t offset) override;
+  bool supports_sharing() const noexcept override { return true; }
+  std::vector<int> export_chunk(ChunkHandle chunk) override;            // a duplicate of its memfd
+  ChunkHandle import_chunk(const std::vector<int>& fds, std::size_t bytes) override;
   void unmap(DevicePtr va, std::size_t bytes) noexcept override;
   DevicePtr allocate(std::size_t bytes) override;
   void free(DevicePtr ptr) noexcept override;
@@ -66,6 +73,7 @@ class HostBackend final : public Backend {
     int fd;
     std::size_t bytes;
     std::size_t mappings;
+    bool imported = false;  // another process's memory: takes no capacity here
   };
   struct Mapping {
     std::size_t bytes;
@@ -73,12 +81,15 @@ class HostBackend final : public Backend {
   };
   void check_aligned(const char* what, std::size_t value) const;
   void take_capacity(std::size_t bytes, const char* what);
+  void give_capacity(std::size_t bytes) noexcept;
+  std::size_t device_used() const noexcept;
   bool inside_reserved(DevicePtr va, std::size_t bytes) const;
   bool overlaps_mapping(DevicePtr va, std::size_t bytes) const;
   void drop_mapping(std::map<DevicePtr, Mapping>::iterator it) noexcept;
 
   HostBackendOptions options_;
   std::atomic<std::size_t> used_{0};
+  std::uint64_t* shared_used_ = nullptr;  // mapped from shared_capacity_file, else null
   ChunkHandle next_chunk_ = 1;
   std::map<DevicePtr, std::size_t> ranges_;    // reserved base -> bytes
   std::unordered_map<ChunkHandle, Chunk> chunks_;

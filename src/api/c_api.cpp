@@ -1,7 +1,10 @@
 // The C ABI (include/gpumem/gpumem.h) over the default allocators. libgpumem.so exports only these.
 #include "gpumem/gpumem.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <unistd.h>
 #include <exception>
 #include <limits>
 #include <stdexcept>
@@ -10,83 +13,41 @@
 #include <nlohmann/json.hpp>
 
 #include "api/context_hook.hpp"
+#include "api/ipc.hpp"
 #include "api/registry_internal.hpp"
+#include "api/status.hpp"
+#include "api/torch_oom.hpp"
 #include "api/trace_recorder.hpp"
+#include "control/server.hpp"
 #include "gpumem/memory.hpp"
 
 namespace {
 
 using namespace gpumem;
 
-thread_local std::string tls_last_error;
-
-// Maps the exception in flight to a status code and remembers its sentence for gpumem_last_error().
-int status_of_current_exception() noexcept {
-  try {
-    throw;
-  } catch (const OutOfMemoryError& e) {
-    tls_last_error = e.what();
-    return GPUMEM_E_OOM;
-  } catch (const BackendError& e) {
-    tls_last_error = e.what();
-    return GPUMEM_E_BACKEND;
-  } catch (const std::invalid_argument& e) {
-    tls_last_error = e.what();
-    return GPUMEM_E_INVALID;
-  } catch (const Error& e) {
-    tls_last_error = e.what();
-    return GPUMEM_E_INVALID;
-  } catch (const std::exception& e) {
-    tls_last_error = std::string("gpumem: internal error: ") + e.what();
-    return GPUMEM_E_INTERNAL;
-  } catch (...) {
-    tls_last_error = "gpumem: internal error of unknown kind";
-    return GPUMEM_E_INTERNAL;
-  }
-}
-
-template <typename Fn>
-int guarded(Fn&& fn) noexcept {
-  try {
-    fn();
-    return GPUMEM_OK;
-  } catch (...) {
-    return status_of_current_exception();
-  }
-}
-
-// Copies text into buf as the header promises: NUL-terminated, truncated to fit; returns the full length.
-int copy_out(const std::string& text, char* buf, size_t len) {
-  if (text.size() > std::size_t(std::numeric_limits<int>::max())) throw std::length_error("gpumem: text too long");
-  if (buf && len > 0) {
-    std::size_t n = std::min(text.size(), len - 1);
-    std::memcpy(buf, text.data(), n);
-    buf[n] = '\0';
-  }
-  return int(text.size());
-}
-
-template <typename Fn>
-int guarded_text(char* buf, size_t len, Fn&& fn) noexcept {
-  try {
-    return copy_out(fn(), buf, len);
-  } catch (...) {
-    return status_of_current_exception();
-  }
-}
-
-// A query that cannot report failure returns 0 and leaves the reason in gpumem_last_error().
-template <typename Fn>
-size_t guarded_size(Fn&& fn) noexcept {
-  try {
-    return fn();
-  } catch (...) {
-    status_of_current_exception();
-    return 0;
-  }
-}
+using api::copy_out;
+using api::guarded;
+using api::guarded_size;
+using api::guarded_text;
+using api::tls_last_error;
 
 StreamId stream_id(void* stream) { return reinterpret_cast<StreamId>(stream); }
+
+std::atomic<gpumem_oom_observer_fn> oom_observer{nullptr};
+
+void notify_oom_observer(int device, std::size_t size, const OutOfMemoryError& e) {
+  if (gpumem_oom_observer_fn observer = oom_observer.load(std::memory_order_acquire))
+    observer(device < 0 ? current_device() : device, size, e.state().allocated, e.state().device_free);
+}
+
+// The fraction last set per device, so get_per_process_memory_fraction returns it exactly (the limit it
+// became is rounded); 0 (never a valid fraction) when none was set through the fraction calls.
+constexpr int kFractionSlots = 64;
+std::atomic<double> set_fractions[kFractionSlots] = {};
+void remember_fraction(int device, double fraction) {
+  int d = device < 0 ? current_device() : device;
+  if (d >= 0 && d < kFractionSlots) set_fractions[d].store(fraction, std::memory_order_relaxed);
+}
 
 }  // namespace
 
@@ -98,6 +59,14 @@ extern "C" {
 
 const char* gpumem_version(void) { return "0.1.0"; }
 const char* gpumem_last_error(void) { return tls_last_error.c_str(); }
+const char* gpumem_oom_marker(void) { return GPUMEM_OOM_MARKER; }
+int gpumem_torch_oom_available(void) { return api::c10_out_of_memory_available() ? 1 : 0; }
+int gpumem_torch_enable_cache_info(void) { return api::enable_torch_cache_info() ? 1 : 0; }
+
+int gpumem_set_oom_observer(gpumem_oom_observer_fn observer) {
+  oom_observer.store(observer, std::memory_order_release);
+  return GPUMEM_OK;
+}
 
 void* gpumem_malloc(ssize_t size, int device, void* stream) {
   if (size < 0) {
@@ -107,6 +76,10 @@ void* gpumem_malloc(ssize_t size, int device, void* stream) {
   try {
     api::run_context_hook();
     return default_allocator(device).allocate(std::size_t(size), stream_id(stream));
+  } catch (const OutOfMemoryError& e) {
+    tls_last_error = e.what();
+    notify_oom_observer(device, std::size_t(size), e);
+    api::throw_torch_out_of_memory(e);
   } catch (const std::exception& e) {
     tls_last_error = e.what();
     throw;
@@ -129,14 +102,17 @@ void gpumem_reset(void) { gpumem_empty_cache_checked(); }
 void gpumem_init(int /*device_count*/) {}  // allocators are made per device on first use
 
 void gpumem_set_memory_fraction(double fraction, int device) {
+  // Through gpumem_set_fraction, so the fraction is remembered for gpumem_get_fraction.
   if (gpumem_set_fraction(fraction, device) != GPUMEM_OK) throw std::runtime_error(tls_last_error);
 }
 
 void gpumem_record_stream(void* ptr, void* stream) { gpumem_record_stream_checked(ptr, stream); }
 
 void* gpumem_base_alloc(void* ptr, size_t* size) {
-  if (Allocator* a = owner_of(ptr); a && size) *size = a->block_size(ptr);
-  return ptr;
+  // PyTorch's IPC sharing (getBaseAllocation) sends the block's start and ptr's offset into it.
+  auto [base, bytes] = live_block_containing(ptr);
+  if (size) *size = bytes;
+  return base ? base : ptr;
 }
 
 int gpumem_allocate(size_t size, int device, void* stream, void** out) {
@@ -147,7 +123,12 @@ int gpumem_allocate(size_t size, int device, void* stream, void** out) {
   *out = nullptr;
   return guarded([&] {
     api::run_context_hook();
-    *out = default_allocator(device).allocate(size, stream_id(stream));
+    try {
+      *out = default_allocator(device).allocate(size, stream_id(stream));
+    } catch (const OutOfMemoryError& e) {
+      notify_oom_observer(device, size, e);
+      throw;
+    }
   });
 }
 
@@ -187,11 +168,50 @@ long gpumem_trace_stop(void) {
 }
 
 int gpumem_set_limit(size_t bytes, int device) {
-  return guarded([&] { default_allocator(device).set_limit(bytes); });
+  return guarded([&] {
+    default_allocator(device).set_limit(bytes);
+    remember_fraction(device, 0.0);
+  });
 }
 
 int gpumem_set_fraction(double fraction, int device) {
-  return guarded([&] { set_per_process_memory_fraction(fraction, device); });
+  return guarded([&] {
+    set_per_process_memory_fraction(fraction, device);
+    remember_fraction(device, fraction);
+  });
+}
+
+int gpumem_get_fraction(int device, double* fraction) {
+  return guarded([&] {
+    if (!fraction) throw std::invalid_argument("gpumem_get_fraction: fraction must not be NULL");
+    Allocator& a = default_allocator(device);
+    int d = device < 0 ? current_device() : device;
+    double remembered = d < kFractionSlots ? set_fractions[d].load(std::memory_order_relaxed) : 0.0;
+    if (remembered > 0.0) {
+      *fraction = remembered;
+      return;
+    }
+    std::size_t total = a.mem_get_info().total;
+    *fraction = a.limit() && total ? std::min(1.0, double(a.limit()) / double(total)) : 1.0;
+  });
+}
+
+int gpumem_reset_accumulated_memory_stats(int device) {
+  return guarded([&] { default_allocator(device).reset_accumulated_stats(); });
+}
+
+int gpumem_cache_info(int device, size_t* largest_block) {
+  return guarded([&] {
+    if (!largest_block) throw std::invalid_argument("gpumem_cache_info: largest_block must not be NULL");
+    Allocator& a = default_allocator(device);
+    // As PyTorch's allocator answers: the largest cached free block, or what the device could still give.
+    std::size_t grow = a.mem_get_info().free;
+    if (std::size_t limit = a.limit()) {
+      std::size_t reserved = memory_reserved(device);
+      grow = std::min(grow, limit > reserved ? limit - reserved : 0);
+    }
+    *largest_block = std::max(a.largest_free_block(), grow);
+  });
 }
 
 int gpumem_record_stream_checked(void* ptr, void* stream) {
@@ -213,6 +233,8 @@ int gpumem_set_current_device(int device) {
 int gpumem_backend_name(int device, char* buf, size_t len) {
   return guarded_text(buf, len, [&] { return std::string(default_allocator(device).backend().name()); });
 }
+
+int gpumem_stop_requested(void) { return control::stop_requested() ? 1 : 0; }
 
 size_t gpumem_memory_allocated(int device) {
   return guarded_size([&] { return memory_allocated(device); });
@@ -249,6 +271,31 @@ int gpumem_memory_stats_json(int device, char* buf, size_t len) {
 
 int gpumem_memory_summary(int device, char* buf, size_t len) {
   return guarded_text(buf, len, [&] { return memory_summary(device); });
+}
+
+int gpumem_ipc_export(void* ptr, char* buf, size_t len) {
+  try {
+    api::ExportedAllocation e = api::ipc_export(ptr);
+    if (!buf || len <= e.json.size()) {
+      for (int fd : e.fds) close(fd);  // the caller asks again with room: fresh descriptors then
+    }
+    return copy_out(e.json, buf, len);
+  } catch (...) {
+    return api::status_of_current_exception();
+  }
+}
+
+int gpumem_ipc_open(int device, const char* description, void** out) {
+  if (!out || !description) {
+    tls_last_error = "gpumem_ipc_open: description and out must not be NULL";
+    return GPUMEM_E_INVALID;
+  }
+  *out = nullptr;
+  return guarded([&] { *out = api::ipc_open(device, description); });
+}
+
+int gpumem_ipc_close(void* ptr) {
+  return guarded([&] { api::ipc_close(ptr); });
 }
 
 }  // extern "C"

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "gpumem/errors.hpp"
+#include "gpumem/limits.hpp"
 #include "gpumem/trace.hpp"  // parse_size
 
 namespace gpumem::api {
@@ -29,14 +30,24 @@ std::optional<std::uint64_t> env_size(const char* name) {
   }
 }
 
+std::optional<std::uint64_t> env_limit() {
+  const char* value = get("GPUMEM_LIMIT");
+  if (!value) return std::nullopt;
+  try {
+    return parse_limit(value);
+  } catch (const std::invalid_argument& e) {
+    throw Error(std::string("gpumem: GPUMEM_LIMIT='") + value + "' is not a limit: " + e.what());
+  }
+}
+
 std::optional<double> env_fraction(const char* name) {
   const char* value = get(name);
   if (!value) return std::nullopt;
-  char* end = nullptr;
-  double f = std::strtod(value, &end);
-  if (end == value || *end != '\0' || !(f > 0.0 && f <= 1.0))
-    throw Error(std::string("gpumem: ") + name + "='" + value + "' is not a fraction in (0, 1]");
-  return f;
+  try {
+    return parse_fraction(value);
+  } catch (const std::invalid_argument& e) {
+    throw Error(std::string("gpumem: ") + name + "='" + value + "': " + e.what());
+  }
 }
 
 }  // namespace gpumem::api

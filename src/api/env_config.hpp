@@ -1,8 +1,12 @@
 // Settings the environment gives the default allocators (set by `gpumem run` or by hand):
 //   GPUMEM_BACKEND   cuda | cuda-plain | host | sim (default cuda)
-//   GPUMEM_LIMIT     cap on reserved bytes per device, a size such as "12GiB" or "1.5GB"
-//   GPUMEM_FRACTION  cap as a fraction of the device's memory, 0 < f <= 1
+//   GPUMEM_LIMIT     cap on reserved bytes per device, a size such as "12GiB" or "1.5GB", at least 2 MiB;
+//                    "none" for no limit
+//   GPUMEM_FRACTION  cap as a fraction of the device's memory, 0.0001 <= f <= 1
 //   GPUMEM_HOST_CAPACITY / GPUMEM_SIM_CAPACITY  capacity of the host / sim backends
+//   GPUMEM_HOST_SHARED  host backend: a file whose counter makes one capacity shared across processes
+//   GPUMEM_CONTROL=0    no control socket (src/control); GPUMEM_CONTROL_DIR: where the sockets live
+//   GPUMEM_COOPERATIVE=0  on a full device, do not ask other gpumem processes to release their cache
 // A malformed value throws gpumem::Error naming the variable; an unset or empty one is absent.
 #pragma once
 #include <cstdint>
@@ -13,6 +17,7 @@ namespace gpumem::api {
 
 std::string env_backend();
 std::optional<std::uint64_t> env_size(const char* name);
+std::optional<std::uint64_t> env_limit();  // 0 = "none"
 std::optional<double> env_fraction(const char* name);
 
 }  // namespace gpumem::api

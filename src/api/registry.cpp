@@ -1,6 +1,9 @@
 // Process-wide default allocators (include/gpumem/memory.hpp): one per device, made on first use from
 // the backend factory (GPUMEM_BACKEND, or set_backend_factory()). Settings from the environment, read
 // when a device's allocator is made: GPUMEM_LIMIT (a size, "12GiB") and GPUMEM_FRACTION (0 < f <= 1).
+// The first allocator also starts the control server (src/control; off with GPUMEM_CONTROL=0), and each
+// allocator of a device other processes can share asks them to release their cache before it reports out
+// of memory (off with GPUMEM_COOPERATIVE=0).
 #include <array>
 #include <atomic>
 #include <cstdlib>
@@ -12,6 +15,8 @@
 #include "api/env_config.hpp"
 #include "api/registry_internal.hpp"
 #include "api/trace_recorder.hpp"
+#include "control/client.hpp"
+#include "control/server.hpp"
 #include "gpumem/cuda_backend.hpp"
 #include "gpumem/host_backend.hpp"
 #include "gpumem/memory.hpp"
@@ -29,6 +34,7 @@ struct Registry {
   BackendFactory factory;
   bool factory_used = false;
   std::array<std::atomic<Allocator*>, kMaxDevices> allocators{};
+  std::array<std::string, kMaxDevices> device_keys;  // written before the allocator is published
 };
 
 Registry& registry() {
@@ -53,6 +59,8 @@ std::shared_ptr<Backend> backend_from_environment(int device) {
   if (kind == "host") {
     HostBackendOptions options;
     if (auto capacity = api::env_size("GPUMEM_HOST_CAPACITY")) options.capacity = *capacity;
+    if (const char* shared = std::getenv("GPUMEM_HOST_SHARED"); shared && *shared)
+      options.shared_capacity_file = shared;
     return std::make_shared<HostBackend>(options);
   }
   if (kind == "sim") {
@@ -61,6 +69,31 @@ std::shared_ptr<Backend> backend_from_environment(int device) {
     return std::make_shared<SimBackend>(options);
   }
   throw Error("gpumem: GPUMEM_BACKEND='" + kind + "' is not one of cuda, cuda-plain, host, sim");
+}
+
+// Names the physical device so that processes on the same one find each other; "" when none can share it.
+std::string device_key(const Backend& backend, int device) {
+  std::string name = backend.name();
+  if (name == "host") {
+    const char* shared = std::getenv("GPUMEM_HOST_SHARED");
+    return shared && *shared ? "host-shared:" + std::string(shared) : std::string();
+  }
+  if (name.rfind("cuda", 0) != 0) return {};
+  // CUDA_VISIBLE_DEVICES renumbers devices per process: name the entry it maps this index to.
+  std::string visible = std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "";
+  if (visible.empty()) return "cuda:" + std::to_string(device);
+  std::size_t start = 0;
+  for (int i = 0; i < device && start != std::string::npos; ++i) {
+    start = visible.find(',', start);
+    if (start != std::string::npos) ++start;
+  }
+  if (start == std::string::npos) return {};
+  return "cuda:" + visible.substr(start, visible.find(',', start) - start);
+}
+
+bool cooperative_enabled() {
+  const char* env = std::getenv("GPUMEM_COOPERATIVE");
+  return !(env && std::string(env) == "0");
 }
 
 Allocator* existing(int device) {
@@ -76,14 +109,37 @@ Allocator& create(int device) {
   if (!backend) throw BackendUnavailableError("gpumem: the backend factory returned no backend for device " +
                                               std::to_string(device));
   AllocatorConfig config;
-  config.limit_bytes = api::env_size("GPUMEM_LIMIT").value_or(0);
+  config.limit_bytes = api::env_limit().value_or(0);
   std::optional<double> fraction = api::env_fraction("GPUMEM_FRACTION");
+  std::string key = device_key(*backend, device);
   auto allocator = std::make_unique<Allocator>(std::move(backend), config);
   if (fraction) allocator->set_memory_fraction(*fraction);
+  if (!key.empty() && cooperative_enabled())
+    allocator->set_release_others_hook([key](std::size_t) {
+      return control::ask_others_to_release(key, std::chrono::milliseconds(1000)) > 0;
+    });
+  r.device_keys[std::size_t(device)] = key;
   Allocator* raw = allocator.release();
   r.allocators[std::size_t(device)].store(raw, std::memory_order_release);
   api::trace_attach(*raw);
   return *raw;
+}
+
+// The control server's view of the registry: every allocator made so far.
+void start_control_server() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    control::ServerHooks hooks;
+    hooks.devices = [] {
+      std::vector<control::ServedDevice> out;
+      for (int d = 0; d < kMaxDevices; ++d)
+        if (Allocator* a = existing(d)) out.push_back({d, a, registry().device_keys[std::size_t(d)]});
+      return out;
+    };
+    hooks.make_device = [](int device) -> Allocator& { return default_allocator(device); };
+    std::string why;
+    control::start_server(std::move(hooks), why);  // off or impossible: the program runs without it
+  });
 }
 
 }  // namespace
@@ -99,7 +155,9 @@ void set_backend_factory(BackendFactory factory) {
 Allocator& default_allocator(int device) {
   device = resolve(device);
   if (Allocator* a = existing(device)) return *a;
-  return create(device);
+  Allocator& made = create(device);
+  start_control_server();
+  return made;
 }
 
 Allocator* find_default_allocator(int device) noexcept {
@@ -117,6 +175,33 @@ Allocator* owner_of(const void* ptr) noexcept {
 void for_each_default_allocator(const std::function<void(Allocator&)>& fn) {
   for (int d = 0; d < kMaxDevices; ++d)
     if (Allocator* a = existing(d)) fn(*a);
+}
+
+std::pair<void*, std::size_t> live_block_containing(const void* ptr) noexcept {
+  for (int d = 0; d < kMaxDevices; ++d) {
+    Allocator* a = existing(d);
+    if (!a) continue;
+    try {
+      if (auto found = a->live_block_containing(ptr); found.first) return found;
+    } catch (...) {  // a lock that cannot be taken: not found
+    }
+  }
+  return {nullptr, 0};
+}
+
+std::shared_ptr<Backend> make_backend(int device) {
+  device = resolve(device);
+  Registry& r = registry();
+  BackendFactory factory;
+  {
+    std::lock_guard lock(r.mutex);
+    r.factory_used = true;
+    factory = r.factory;
+  }
+  std::shared_ptr<Backend> backend = factory ? factory(device) : backend_from_environment(device);
+  if (!backend) throw BackendUnavailableError("gpumem: the backend factory returned no backend for device " +
+                                              std::to_string(device));
+  return backend;
 }
 
 void set_current_device(int device) {

@@ -1,6 +1,7 @@
 // Lookups on the default allocators that never create one (for the C ABI's free and record_stream paths).
 #pragma once
 #include <functional>
+#include <memory>
 
 #include "gpumem/allocator.hpp"
 
@@ -12,5 +13,11 @@ Allocator* find_default_allocator(int device) noexcept;
 Allocator* owner_of(const void* ptr) noexcept;
 // Calls fn for every default allocator made so far.
 void for_each_default_allocator(const std::function<void(Allocator&)>& fn);
+// The live block of any default allocator holding ptr (at its start or inside): start and usable bytes;
+// {nullptr, 0} if none.
+std::pair<void*, std::size_t> live_block_containing(const void* ptr) noexcept;
+// A new backend for `device` made as the default allocators' are (factory or GPUMEM_BACKEND), for
+// memory that is not the allocator's own (CUDA IPC imports).
+std::shared_ptr<Backend> make_backend(int device);
 
 }  // namespace gpumem

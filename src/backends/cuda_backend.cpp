@@ -1,6 +1,8 @@
 // CUDA backends over the driver API (see include/gpumem/cuda_backend.hpp).
 #include "gpumem/cuda_backend.hpp"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -37,6 +39,9 @@ class CudaBackend final : public Backend {
     }
     check(d.cuDevicePrimaryCtxRetain(&context_, device_), "cuDevicePrimaryCtxRetain");
     prop_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    // Exportable as POSIX file descriptors (CUDA IPC, as PyTorch's expandable segments); create_chunk
+    // drops this if the driver refuses it (some containers), and sharing is then unsupported.
+    prop_.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     prop_.location = {CU_MEM_LOCATION_TYPE_DEVICE, ordinal};
     access_.location = prop_.location;
     access_.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
@@ -120,11 +125,62 @@ class CudaBackend final : public Backend {
     for (std::size_t done = 0; done < bytes; done += granularity_) {
       CUmemGenericAllocationHandle handle = 0;
       CUresult r = driver().cuMemCreate(&handle, granularity_, &prop_, 0);
+      if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY && prop_.requestedHandleTypes != 0) {
+        prop_.requestedHandleTypes = 0;  // not shareable here: plain chunks from now on
+        r = driver().cuMemCreate(&handle, granularity_, &prop_, 0);
+      }
       if (r != CUDA_SUCCESS) {
         for (auto h : pages) driver().cuMemRelease(h);  // leave no partial state
         check(r, "cuMemCreate");
       }
       pages.push_back(handle);
+    }
+    ChunkHandle id = next_chunk_++;
+    chunks_.emplace(id, std::move(pages));
+    ++counts_.creates;
+    return id;
+  }
+
+  bool supports_sharing() const noexcept override {
+    return mode_ == CudaMemoryMode::virtual_memory && prop_.requestedHandleTypes != 0;
+  }
+
+  // One descriptor per page (each page is its own physical allocation).
+  std::vector<int> export_chunk(ChunkHandle chunk) override {
+    if (!supports_sharing()) return Backend::export_chunk(chunk);
+    auto it = chunks_.find(chunk);
+    if (it == chunks_.end()) throw BackendError("cuda backend: export of an unknown chunk");
+    ContextGuard guard(context_);
+    std::vector<int> fds;
+    for (auto h : it->second) {
+      int fd = -1;
+      CUresult r = driver().cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+      if (r != CUDA_SUCCESS) {
+        for (int f : fds) ::close(f);
+        check(r, "cuMemExportToShareableHandle");
+      }
+      fds.push_back(fd);
+    }
+    return fds;
+  }
+
+  ChunkHandle import_chunk(const std::vector<int>& fds, std::size_t bytes) override {
+    require_vmm("import_chunk");
+    require_aligned(bytes, "imported chunk size");
+    if (fds.size() != bytes / granularity_)
+      throw BackendError("cuda backend: " + std::to_string(fds.size()) + " descriptors for " +
+                         std::to_string(bytes / granularity_) + " pages");
+    ContextGuard guard(context_);
+    std::vector<CUmemGenericAllocationHandle> pages;
+    for (int fd : fds) {
+      CUmemGenericAllocationHandle h = 0;
+      CUresult r = driver().cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(std::intptr_t(fd)),
+                                                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+      if (r != CUDA_SUCCESS) {
+        for (auto p : pages) driver().cuMemRelease(p);
+        check(r, "cuMemImportFromShareableHandle");
+      }
+      pages.push_back(h);
     }
     ChunkHandle id = next_chunk_++;
     chunks_.emplace(id, std::move(pages));

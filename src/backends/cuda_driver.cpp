@@ -64,6 +64,8 @@ Loaded load(const char* path) {
   bind(lib, d.cuMemUnmap, "cuMemUnmap", e);
   bind(lib, d.cuMemSetAccess, "cuMemSetAccess", e);
   bind(lib, d.cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", e);
+  bind(lib, d.cuMemExportToShareableHandle, "cuMemExportToShareableHandle", e);
+  bind(lib, d.cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", e);
   bind(lib, d.cuEventCreate, "cuEventCreate", e);
   bind(lib, d.cuEventDestroy, "cuEventDestroy_v2", e);
   bind(lib, d.cuEventRecord, "cuEventRecord", e);

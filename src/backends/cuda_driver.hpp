@@ -56,6 +56,7 @@ inline constexpr int CU_MEM_ALLOCATION_TYPE_PINNED = 1;
 inline constexpr int CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3;
 inline constexpr int CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0;
 inline constexpr int CU_MEM_ALLOC_GRANULARITY_RECOMMENDED = 1;
+inline constexpr int CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1;
 inline constexpr int CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102;
 inline constexpr unsigned CU_EVENT_DISABLE_TIMING = 0x2;
 
@@ -93,6 +94,9 @@ struct Driver {
   CUresult (*cuMemUnmap)(CUdeviceptr ptr, std::size_t size);
   CUresult (*cuMemSetAccess)(CUdeviceptr ptr, std::size_t size, const CUmemAccessDesc* desc, std::size_t count);
   CUresult (*cuMemGetAllocationGranularity)(std::size_t* granularity, const CUmemAllocationProp* prop, int option);
+  CUresult (*cuMemExportToShareableHandle)(void* shareable, CUmemGenericAllocationHandle handle, int type,
+                                           unsigned long long flags);
+  CUresult (*cuMemImportFromShareableHandle)(CUmemGenericAllocationHandle* handle, void* os_handle, int type);
   CUresult (*cuEventCreate)(CUevent* event, unsigned flags);
   CUresult (*cuEventDestroy)(CUevent event);
   CUresult (*cuEventRecord)(CUevent event, CUstream stream);

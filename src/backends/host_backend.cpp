@@ -2,8 +2,11 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <string>
@@ -37,6 +40,21 @@ HostBackend::HostBackend(HostBackendOptions options) : options_(options), events
   if (g == 0 || (g & (g - 1)) != 0 || g % page != 0)
     throw BackendError("host backend: granularity must be a power of two and a multiple of the page size (" +
                        std::to_string(page) + "), got " + std::to_string(g));
+  if (!options_.shared_capacity_file.empty()) {
+    int fd = ::open(options_.shared_capacity_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) throw_syscall("open", errno, "opening the shared capacity file " + options_.shared_capacity_file);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || (st.st_size < off_t(sizeof(std::uint64_t)) && ::ftruncate(fd, sizeof(std::uint64_t)) != 0)) {
+      int err = errno;
+      ::close(fd);
+      throw_syscall("ftruncate", err, "sizing the shared capacity file");
+    }
+    void* p = ::mmap(nullptr, sizeof(std::uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int err = errno;
+    ::close(fd);
+    if (p == MAP_FAILED) throw_syscall("mmap", err, "mapping the shared capacity file");
+    shared_used_ = static_cast<std::uint64_t*>(p);
+  }
 }
 
 HostBackend::~HostBackend() {
@@ -45,6 +63,10 @@ HostBackend::~HostBackend() {
   for (auto& [base, bytes] : ranges_) ::munmap(as_ptr(base), bytes);
   for (auto& [handle, chunk] : chunks_) ::close(chunk.fd);
   for (auto& [ptr, bytes] : plain_) ::munmap(as_ptr(ptr), bytes);
+  if (shared_used_) {
+    std::atomic_ref<std::uint64_t>(*shared_used_).fetch_sub(used_.load(), std::memory_order_relaxed);
+    ::munmap(shared_used_, sizeof(std::uint64_t));
+  }
 }
 
 void HostBackend::check_aligned(const char* what, std::size_t value) const {
@@ -53,12 +75,34 @@ void HostBackend::check_aligned(const char* what, std::size_t value) const {
                        " is not a multiple of the granularity " + std::to_string(options_.granularity));
 }
 
+std::size_t HostBackend::device_used() const noexcept {
+  if (shared_used_) return std::size_t(std::atomic_ref<std::uint64_t>(*shared_used_).load(std::memory_order_relaxed));
+  return used_.load(std::memory_order_relaxed);
+}
+
 void HostBackend::take_capacity(std::size_t bytes, const char* what) {
-  std::size_t used = used_.load(std::memory_order_relaxed);
-  if (bytes > options_.capacity - used)
+  auto refuse = [&](std::size_t used) {
     throw OutOfMemoryError(std::string("host backend: ") + what + ": " + format_bytes(bytes) + " requested, " +
                            format_bytes(options_.capacity - used) + " free of " + format_bytes(options_.capacity));
+  };
+  if (shared_used_) {
+    // Several processes count against one capacity: claim with a compare-and-swap on the shared counter.
+    std::atomic_ref<std::uint64_t> shared(*shared_used_);
+    std::uint64_t used = shared.load(std::memory_order_relaxed);
+    do {
+      if (used > options_.capacity || bytes > options_.capacity - used) refuse(std::size_t(used));
+    } while (!shared.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+    used_.fetch_add(bytes, std::memory_order_relaxed);
+    return;
+  }
+  std::size_t used = used_.load(std::memory_order_relaxed);
+  if (bytes > options_.capacity - used) refuse(used);
   used_.store(used + bytes, std::memory_order_relaxed);
+}
+
+void HostBackend::give_capacity(std::size_t bytes) noexcept {
+  used_.fetch_sub(bytes, std::memory_order_relaxed);
+  if (shared_used_) std::atomic_ref<std::uint64_t>(*shared_used_).fetch_sub(bytes, std::memory_order_relaxed);
 }
 
 DevicePtr HostBackend::reserve(std::size_t bytes) {
@@ -101,13 +145,13 @@ ChunkHandle HostBackend::create_chunk(std::size_t bytes) {
   int fd = ::memfd_create("gpumem-host-chunk", MFD_CLOEXEC);
   if (fd < 0) {
     int err = errno;
-    used_.fetch_sub(bytes, std::memory_order_relaxed);
+    give_capacity(bytes);
     throw_syscall("memfd_create", err, "creating a chunk of " + format_bytes(bytes));
   }
   if (::ftruncate(fd, off_t(bytes)) != 0) {
     int err = errno;
     ::close(fd);
-    used_.fetch_sub(bytes, std::memory_order_relaxed);
+    give_capacity(bytes);
     throw_syscall("ftruncate", err, "sizing a chunk to " + format_bytes(bytes));
   }
   ChunkHandle handle = next_chunk_++;
@@ -116,11 +160,36 @@ ChunkHandle HostBackend::create_chunk(std::size_t bytes) {
   return handle;
 }
 
+std::vector<int> HostBackend::export_chunk(ChunkHandle chunk) {
+  auto it = chunks_.find(chunk);
+  if (it == chunks_.end()) throw BackendError("host backend: export of unknown chunk " + std::to_string(chunk));
+  int fd = ::fcntl(it->second.fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) throw_syscall("fcntl(F_DUPFD_CLOEXEC)", errno, "exporting a chunk");
+  return {fd};
+}
+
+ChunkHandle HostBackend::import_chunk(const std::vector<int>& fds, std::size_t bytes) {
+  if (fds.size() != 1)
+    throw BackendError("host backend: an imported chunk is one memfd, got " + std::to_string(fds.size()) + " descriptors");
+  if (bytes == 0) throw BackendError("host backend: import of 0 bytes");
+  check_aligned("imported chunk size", bytes);
+  struct stat st{};
+  if (::fstat(fds[0], &st) != 0) throw_syscall("fstat", errno, "importing a chunk");
+  if (!S_ISREG(st.st_mode) || std::size_t(st.st_size) < bytes)
+    throw BackendError("host backend: the imported descriptor is not a memory file of at least " + format_bytes(bytes));
+  int fd = ::fcntl(fds[0], F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) throw_syscall("fcntl(F_DUPFD_CLOEXEC)", errno, "importing a chunk");
+  ChunkHandle handle = next_chunk_++;
+  chunks_.emplace(handle, Chunk{fd, bytes, 0, true});
+  ++counts_.creates;
+  return handle;
+}
+
 void HostBackend::release_chunk(ChunkHandle chunk) noexcept {
   auto it = chunks_.find(chunk);
   if (it == chunks_.end()) return;
   ::close(it->second.fd);  // mappings still alive (a contract violation) keep the memory until unmapped
-  used_.fetch_sub(it->second.bytes, std::memory_order_relaxed);
+  if (!it->second.imported) give_capacity(it->second.bytes);
   chunks_.erase(it);
   ++counts_.chunk_releases;
 }
@@ -189,7 +258,7 @@ DevicePtr HostBackend::allocate(std::size_t bytes) {
   void* p = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
     int err = errno;
-    used_.fetch_sub(rounded, std::memory_order_relaxed);
+    give_capacity(rounded);
     throw_syscall("mmap", err, "allocating " + format_bytes(rounded));
   }
   const DevicePtr ptr = reinterpret_cast<DevicePtr>(p);
@@ -202,13 +271,13 @@ void HostBackend::free(DevicePtr ptr) noexcept {
   auto it = plain_.find(ptr);
   if (it == plain_.end()) return;
   ::munmap(as_ptr(ptr), it->second);
-  used_.fetch_sub(it->second, std::memory_order_relaxed);
+  give_capacity(it->second);
   plain_.erase(it);
   ++counts_.plain_frees;
 }
 
 MemInfo HostBackend::mem_info() {
-  const std::size_t used = used_.load(std::memory_order_relaxed);
+  const std::size_t used = std::min(device_used(), options_.capacity);
   return {options_.capacity - used, options_.capacity};
 }
 

@@ -7,6 +7,7 @@
 #include "cli/monitor_cli.hpp"
 #include "monitor/dmon.hpp"
 #include "monitor/loop.hpp"
+#include "monitor/sampler.hpp"
 
 namespace gpumem::cli {
 namespace {
@@ -21,19 +22,16 @@ int run_dmon(const DmonOptions& o) {
   long period_ms = parse_seconds_ms("-d", o.delay);
   if (o.count < 0) throw monitor::UsageError("-c needs a count >= 1.");
   auto nvml = nvml::Nvml::open();
-  auto gpus = monitor::select_gpus(*nvml, o.ids);
-  std::unique_ptr<nvml::PcieSampler> pcie;
-  if (cols.pcie) {
-    std::vector<nvml::abi::Device> devices;
-    for (const auto& g : gpus) devices.push_back(g.device);
-    pcie = std::make_unique<nvml::PcieSampler>(nvml, devices);
-  }
+  monitor::SamplerOptions so;
+  so.processes = false;
+  so.pcie = cols.pcie;
+  monitor::Sampler sampler = monitor::make_sampler(nvml, monitor::select_gpus(*nvml, o.ids), so);
   monitor::install_stop_handlers();
   std::string text = monitor::dmon_header(cols);
   monitor::Ticker ticker{std::chrono::milliseconds(period_ms)};
   for (long n = 0; o.count == 0 || n < o.count; ++n) {
     if (n > 0 && !ticker.wait()) break;
-    text += monitor::dmon_lines(*nvml, gpus, cols, pcie.get());
+    text += monitor::dmon_lines(sampler.sample(), cols);
     if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
       std::fprintf(stderr, "gpumem dmon: cannot write output: %s.\n", std::strerror(errno));
       return kExitFailure;

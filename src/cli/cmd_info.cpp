@@ -2,7 +2,9 @@
 #include <memory>
 
 #include "cli/command.hpp"
+#include "cli/gpumem_allocators.hpp"
 #include "cli/monitor_cli.hpp"
+#include "cli/output.hpp"
 #include "monitor/info.hpp"
 
 namespace gpumem::cli {
@@ -23,7 +25,20 @@ GPUMEM_REGISTER_COMMAND(
         return run_monitor_command("info", [&] {
           auto nvml = nvml::Nvml::open();
           auto report = monitor::collect_info(*nvml, monitor::select_gpus(*nvml, o->ids));
-          std::string text = o->json ? monitor::info_json(report).dump(2) + "\n" : monitor::render_info(report);
+          std::vector<NvmlCharge> charges;
+          for (const auto& g : report.gpus)
+            if (g.processes)
+              for (const auto& p : *g.processes)
+                if (p.used_bytes) charges.push_back({int(p.pid), *p.used_bytes});
+          auto allocators = gpumem_allocators(charges);
+          std::string text;
+          if (o->json) {
+            auto j = monitor::info_json(report);
+            if (!allocators.empty()) j["gpumem_allocators"] = allocators_json(allocators);
+            text = json_text(j);
+          } else {
+            text = monitor::render_info(report) + render_allocators(allocators);
+          }
           std::fwrite(text.data(), 1, text.size(), stdout);
           return kExitOk;
         });

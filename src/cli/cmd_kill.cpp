@@ -5,6 +5,7 @@
 
 #include "cli/command.hpp"
 #include "cli/monitor_cli.hpp"
+#include "cli/output.hpp"
 #include "monitor/kill.hpp"
 #include "monitor/ps.hpp"
 
@@ -53,7 +54,7 @@ int run_kill(const KillArgs& a) {
     }
   }
   auto outcomes = monitor::kill_processes(targets, opt);
-  std::string text = a.json ? monitor::kill_json(outcomes).dump(2) + "\n" : monitor::render_kill(outcomes);
+  std::string text = a.json ? json_text(monitor::kill_json(outcomes)) : monitor::render_kill(outcomes);
   std::fwrite(text.data(), 1, text.size(), stdout);
   return monitor::kill_all_done(outcomes) ? kExitOk : kExitPartial;
 }

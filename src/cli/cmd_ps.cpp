@@ -3,7 +3,9 @@
 #include <memory>
 
 #include "cli/command.hpp"
+#include "cli/gpumem_allocators.hpp"
 #include "cli/monitor_cli.hpp"
+#include "cli/output.hpp"
 #include "monitor/ps.hpp"
 
 namespace gpumem::cli {
@@ -24,7 +26,18 @@ GPUMEM_REGISTER_COMMAND(
         return run_monitor_command("ps", [&] {
           auto nvml = nvml::Nvml::open();
           auto report = monitor::collect_ps(*nvml, monitor::select_gpus(*nvml, o->ids), monitor::device_dir());
-          std::string text = o->json ? monitor::ps_json(report).dump(2) + "\n" : monitor::render_ps(report);
+          std::vector<NvmlCharge> charges;
+          for (const auto& e : report.entries)
+            if (e.used_bytes) charges.push_back({e.pid, *e.used_bytes});
+          auto allocators = gpumem_allocators(charges);
+          std::string text;
+          if (o->json) {
+            auto j = monitor::ps_json(report);
+            if (!allocators.empty()) j["gpumem_allocators"] = allocators_json(allocators);
+            text = json_text(j);
+          } else {
+            text = monitor::render_ps(report) + render_allocators(allocators);
+          }
           std::fwrite(text.data(), 1, text.size(), stdout);
           return kExitOk;
         });

@@ -9,6 +9,8 @@
 
 #include "cli/command.hpp"
 #include "cli/exit_codes.hpp"
+#include "cli/output.hpp"
+#include "gpumem/printable.hpp"
 #include "gpumem/replay.hpp"
 #include "gpumem/trace.hpp"
 
@@ -79,9 +81,10 @@ nlohmann::json to_json(const Trace& t, const ReplayResult& r, double parse_secon
 
 void print_table(const Trace& t, const ReplayResult& r, double parse_seconds) {
   const auto& s = t.summary;
-  std::printf("gpumem replay %s\n", t.path.c_str());
+  std::printf("gpumem replay %s\n", printable(t.path).c_str());
   if (!t.source.empty() || !t.device.empty())
-    std::printf("  recorded by %s on %s\n", t.source.empty() ? "?" : t.source.c_str(), t.device.empty() ? "?" : t.device.c_str());
+    std::printf("  recorded by %s on %s\n", t.source.empty() ? "?" : printable(t.source).c_str(),
+                t.device.empty() ? "?" : printable(t.device).c_str());
   std::printf("  %s events: %s alloc, %s free, %s free_completed, %s segment_*; blocks reusable at %s\n",
               grouped(r.events).c_str(), grouped(s.allocs).c_str(), grouped(s.frees).c_str(), grouped(s.free_completeds).c_str(),
               grouped(s.segment_events).c_str(), s.has_free_completed ? "free_completed" : "free");
@@ -168,7 +171,7 @@ int run_replay(const ReplayArgs& args) {
       j["min_capacity_ratio"] = m.ratio;
       j["min_capacity_probes"] = m.probes;
       j["min_capacity_seconds"] = m.seconds;
-      std::printf("%s\n", j.dump(2).c_str());
+      print_json(j);
     } else {
       print_table(t, m.unconstrained, parse_seconds);
       std::printf("  %-22s %s = %.4f x peak live (%zu probes at 2 MiB steps, %.2f s)\n", "min capacity", bytes(m.capacity).c_str(),
@@ -182,7 +185,7 @@ int run_replay(const ReplayArgs& args) {
   options.page = page;
   const ReplayResult r = trace::replay(t, options);
   if (args.json) {
-    std::printf("%s\n", to_json(t, r, parse_seconds).dump(2).c_str());
+    print_json(to_json(t, r, parse_seconds));
   } else {
     print_table(t, r, parse_seconds);
   }

@@ -18,6 +18,12 @@ struct CommandSpec {
 };
 
 std::vector<CommandSpec>& command_registry();
+// This process's arguments as given, set by main before parsing, for a command that must read its words
+// verbatim (run: its options end where the program's begin).
+std::vector<std::string>& raw_arguments();
+
+// `gpumem` alone: declares --json / --watch on the main app and returns the summary's runner.
+CommandRunner setup_summary(CLI::App& app);
 
 struct CommandRegistration {
   explicit CommandRegistration(CommandSpec spec) { command_registry().push_back(std::move(spec)); }

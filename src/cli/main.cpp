@@ -2,22 +2,42 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <string>
+
+#include "gpumem/printable.hpp"
 
 #include "cli/command.hpp"
 #include "cli/exit_codes.hpp"
+#include "cli/output.hpp"
 
 namespace gpumem::cli {
 std::vector<CommandSpec>& command_registry() {
   static std::vector<CommandSpec> registry;
   return registry;
 }
+std::vector<std::string>& raw_arguments() {
+  static std::vector<std::string> args;
+  return args;
+}
 }  // namespace gpumem::cli
+
+namespace {
+// Every command ends here: output that did not reach stdout (a full disk, /dev/full) is a failure.
+int finish(const std::string& command, int code) {
+  std::string why;
+  if (!gpumem::cli::stdout_failed(why)) return code;
+  std::fprintf(stderr, "gpumem%s%s: %s\n", command.empty() ? "" : " ", command.c_str(), why.c_str());
+  return gpumem::cli::kExitFailure;
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace gpumem::cli;
+  raw_arguments().assign(argv, argv + argc);
   CLI::App app{"gpumem: see, explain and control GPU memory"};
   app.footer(kExitCodeHelp);
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);  // none: the one-shot summary
+  CommandRunner summary = setup_summary(app);
   app.set_version_flag("--version", "gpumem 0.1.0");
   auto& registry = command_registry();
   std::sort(registry.begin(), registry.end(),
@@ -28,14 +48,23 @@ int main(int argc, char** argv) {
     sub->footer(kExitCodeHelp);
     runners.emplace_back(sub, spec.setup(*sub));
   }
+  // CLI11 would say only "A subcommand is required" for a word it does not know.
+  const bool known = argc > 1 && std::any_of(registry.begin(), registry.end(),
+                                             [&](const CommandSpec& spec) { return spec.name == argv[1]; });
+  if (argc > 1 && argv[1][0] != '-' && !known) {
+    std::string names;
+    for (const auto& spec : registry) names += (names.empty() ? "" : ", ") + spec.name;
+    std::fprintf(stderr, "gpumem: unknown command '%s' (commands: %s)\n", gpumem::printable(argv[1]).c_str(), names.c_str());
+    return kExitUsage;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    return finish("", app.exit(e));
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    return finish("", app.exit(e));
   } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
+    return finish("", app.exit(e));
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "gpumem: %s\n", e.what());
     std::fprintf(stderr, "Run 'gpumem --help' for usage.\n");
@@ -43,12 +72,19 @@ int main(int argc, char** argv) {
   }
   for (auto& [sub, run] : runners) {
     if (!sub->parsed()) continue;
+    int code;
     try {
-      return run();
+      code = run();
     } catch (const std::exception& e) {
       std::fprintf(stderr, "gpumem %s: %s\n", sub->get_name().c_str(), e.what());
-      return kExitFailure;
+      code = kExitFailure;
     }
+    return finish(sub->get_name(), code);
   }
-  return kExitUsage;
+  try {
+    return summary();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpumem: %s\n", e.what());
+    return kExitFailure;
+  }
 }

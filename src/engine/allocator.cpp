@@ -1,5 +1,8 @@
 #include "gpumem/allocator.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdio>
@@ -11,6 +14,7 @@
 #include "engine/event_hub.hpp"
 #include "engine/physical_memory.hpp"
 #include "engine/snapshot_builder.hpp"
+#include "engine/private_pools.hpp"
 #include "engine/stream_pool.hpp"
 
 namespace gpumem {
@@ -36,6 +40,8 @@ struct Allocator::Impl {
   std::atomic<std::int64_t> alloc_retries{0}, ooms{0}, invalid_frees{0}, sync_all{0};
   std::mutex handler_mutex;
   ErrorHandler error_handler;
+  engine::PrivatePools privates{[this](StreamId s) { return add_pool(s, true); }};
+  ReleaseOthersHook release_others;  // set before the allocator is shared (see allocator.hpp)
 
   Impl(std::shared_ptr<Backend> b, AllocatorConfig c)
       : backend(std::move(b)), config(c), hub(backend->device()), physical(*backend) {
@@ -51,7 +57,7 @@ struct Allocator::Impl {
   StreamPool* find_pool(StreamId stream) const {
     std::size_t n = count();
     for (std::size_t i = 0; i < n; ++i)
-      if (StreamPool* p = pool_at(i); p->stream() == stream) return p;
+      if (StreamPool* p = pool_at(i); p->stream() == stream && !p->is_graph_pool()) return p;
     return nullptr;
   }
 
@@ -68,18 +74,29 @@ struct Allocator::Impl {
 
   StreamPool& pool_for(StreamId stream) {
     if (StreamPool* p = lookup_pool(stream)) return *p;
-    std::lock_guard lock(pools_mutex);
-    StreamPool* p = find_pool(stream);
-    if (!p) {
-      std::size_t n = count();
-      if (n == kMaxPools) throw Error("gpumem: more than 1024 streams allocate on one device");
-      owned_pools.push_back(std::make_unique<StreamPool>(*backend, physical, config, stream, hub));
-      p = owned_pools.back().get();
-      pools[n].store(p, std::memory_order_release);
-      pool_count.store(n + 1, std::memory_order_release);
+    StreamPool* p = nullptr;
+    {
+      std::lock_guard lock(pools_mutex);
+      p = find_pool(stream);
     }
+    if (!p) p = add_pool(stream, false);
     hints[hint_slot(stream)].store(p, std::memory_order_release);
     return *p;
+  }
+
+  // A new stream pool in the lock-free table (normal: one per stream; graph: one per private pool and
+  // stream, made by PrivatePools).
+  StreamPool* add_pool(StreamId stream, bool graph) {
+    std::lock_guard lock(pools_mutex);
+    if (!graph)
+      if (StreamPool* p = find_pool(stream)) return p;
+    std::size_t n = count();
+    if (n == kMaxPools) throw Error("gpumem: more than 1024 streams and private pools allocate on one device");
+    owned_pools.push_back(std::make_unique<StreamPool>(*backend, physical, config, stream, privates.captures(), graph, hub));
+    StreamPool* p = owned_pools.back().get();
+    pools[n].store(p, std::memory_order_release);
+    pool_count.store(n + 1, std::memory_order_release);
+    return p;
   }
 
   // Which pool holds ptr live, with its lock held; nullptr if none.
@@ -106,18 +123,26 @@ struct Allocator::Impl {
     return false;
   }
 
+  // Gives back every cached byte, except the memory of private pools still in use (a graph replays into
+  // it). Nothing at all while a capture is underway: no synchronisation is allowed then.
   std::size_t release_cached_everywhere() {
+    if (privates.capturing()) return 0;
+    std::vector<StreamPool*> keep = privates.in_use();
     std::size_t released = 0;
     std::size_t n = count();
     for (std::size_t i = 0; i < n; ++i) {
       StreamPool* p = pool_at(i);
+      if (p->is_graph_pool() && std::find(keep.begin(), keep.end(), p) != keep.end()) continue;
       std::lock_guard lock(p->lock());
       p->process_pending(true);
       released += p->release_cached();
     }
     ++sync_all;
-    std::lock_guard lock(physical.mutex());
-    if (std::size_t returned = physical.release_unused_chunks()) hub.emit(EventKind::give_back, 0, returned, 0, 0);
+    {
+      std::lock_guard lock(physical.mutex());
+      if (std::size_t returned = physical.release_unused_chunks()) hub.emit(EventKind::give_back, 0, returned, 0, 0);
+    }
+    privates.retire_empty();
     return released;
   }
 
@@ -182,6 +207,20 @@ void* Allocator::allocate(std::size_t bytes, StreamId stream) {
   if (bytes == 0) return nullptr;
   Impl& d = *impl_;
   if (bytes > kMaxRequest) d.throw_oom(bytes, stream, "", false, 0);
+  if (d.privates.capturing()) [[unlikely]] {
+    if (StreamPool* graph_pool = d.privates.route(stream)) {
+      std::string failure;
+      {
+        std::lock_guard lock(graph_pool->lock());
+        try {
+          return reinterpret_cast<void*>(graph_pool->allocate(bytes)->addr);
+        } catch (const OutOfMemoryError& e) {
+          failure = e.what();
+        }
+      }
+      d.throw_oom(bytes, stream, failure + "; a CUDA graph capture is underway, so the cache cannot be released", false, 0);
+    }
+  }
   StreamPool& pool = d.pool_for(stream);
   {
     std::lock_guard lock(pool.lock());
@@ -208,8 +247,21 @@ void* Allocator::allocate_after_releasing_cache(std::size_t bytes, StreamId stre
       failure = e.what();
     }
   }
+  // The device is full rather than our own limit: others may give back memory they only cache.
+  std::size_t cap = limit();
+  bool under_limit = cap == 0 || std::size_t(stats().reserved_bytes[kAggregatePool].current) + bytes <= cap;
+  if (d.release_others && under_limit && d.release_others(bytes)) {
+    std::lock_guard lock(pool.lock());
+    try {
+      return reinterpret_cast<void*>(pool.allocate(bytes)->addr);
+    } catch (const OutOfMemoryError& e) {
+      failure = e.what();
+    }
+  }
   d.throw_oom(bytes, stream, failure, true, released);
 }
+
+void Allocator::set_release_others_hook(ReleaseOthersHook hook) { impl_->release_others = std::move(hook); }
 
 FreeResult Allocator::try_deallocate(void* ptr, StreamId stream) noexcept {
   if (!ptr) return FreeResult::null_pointer;
@@ -261,10 +313,19 @@ void Allocator::empty_cache() { impl_->release_cached_everywhere(); }
 void Allocator::set_memory_fraction(double fraction) {
   if (!(fraction > 0.0 && fraction <= 1.0))
     throw std::invalid_argument("gpumem: memory fraction must be in (0, 1], got " + std::to_string(fraction));
-  set_limit(std::size_t(fraction * double(impl_->backend->mem_info().total)));
+  const std::size_t total = impl_->backend->mem_info().total;
+  const std::size_t bytes = std::size_t(fraction * double(total));
+  // A tiny fraction must not round to 0, which means "no limit".
+  if (bytes < impl_->backend->granularity())
+    throw std::invalid_argument("gpumem: memory fraction " + std::to_string(fraction) + " of " + format_bytes(total) +
+                                " is less than one page (" + format_bytes(impl_->backend->granularity()) + ")");
+  set_limit(bytes);
 }
 
 void Allocator::set_limit(std::size_t bytes) {
+  if (bytes != 0 && bytes < impl_->backend->granularity())
+    throw std::invalid_argument("gpumem: a limit of " + std::to_string(bytes) + " bytes is less than one page (" +
+                                format_bytes(impl_->backend->granularity()) + "); 0 means no limit");
   {
     std::lock_guard lock(impl_->physical.mutex());
     impl_->physical.set_limit(bytes);
@@ -354,7 +415,59 @@ std::size_t Allocator::block_size(const void* ptr) const {
   return size;
 }
 
+std::pair<void*, std::size_t> Allocator::live_block_containing(const void* ptr) const {
+  const auto p = reinterpret_cast<DevicePtr>(ptr);
+  if (std::size_t size = block_size(ptr)) return {const_cast<void*>(ptr), size};
+  const std::size_t n = impl_->count();
+  for (std::size_t i = 0; i < n; ++i) {
+    StreamPool* pool = impl_->pool_at(i);
+    std::lock_guard lock(pool->lock());
+    for (bool small : {true, false}) {
+      const Block* found = nullptr;
+      pool->arena(small).for_each_block([&](const auto&, const Block* b) {
+        if (b->state == engine::BlockState::allocated && b->addr <= p && p < b->end()) found = b;
+      });
+      if (found) return {reinterpret_cast<void*>(found->addr), found->size};
+    }
+  }
+  return {nullptr, 0};
+}
+
 std::size_t Allocator::largest_free_block() const { return impl_->largest_free(); }
+
+Allocator::SharedAllocation Allocator::export_allocation(const void* ptr) {
+  Impl& d = *impl_;
+  if (!d.backend->supports_sharing())
+    throw BackendError(std::string("gpumem: the ") + d.backend->name() + " backend cannot share memory with other processes");
+  SharedAllocation out;
+  const auto addr = reinterpret_cast<DevicePtr>(ptr);
+  bool found = d.with_live_block(addr, 0, [&](StreamPool& pool, Block* b) {
+    if (b->addr != addr) throw Error("gpumem: only the start of an allocation can be shared");
+    const std::size_t page = d.backend->granularity();
+    const DevicePtr start = b->addr / page * page, end = (b->end() + page - 1) / page * page;
+    const engine::Arena& arena = pool.arena(b->small).owns(b->addr) ? pool.arena(b->small) : pool.arena(!b->small);
+    std::vector<engine::Piece> pieces = arena.pieces_behind(start, end - start);
+    out.offset = b->addr - start;
+    out.bytes = end - start;
+    std::lock_guard lock(d.physical.mutex());
+    try {
+      for (const engine::Piece& p : pieces) {
+        SharedPiece s;
+        s.chunk_bytes = d.physical.bytes_of(p.chunk);
+        s.offset = p.offset;
+        s.bytes = p.bytes;
+        s.fds = d.backend->export_chunk(d.physical.handle_of(p.chunk));
+        out.pieces.push_back(std::move(s));
+      }
+    } catch (...) {
+      for (auto& s : out.pieces)
+        for (int fd : s.fds) ::close(fd);
+      throw;
+    }
+  });
+  if (!found) throw Error("gpumem: share of a pointer that is not a live allocation of this allocator");
+  return out;
+}
 
 Backend& Allocator::backend() const { return *impl_->backend; }
 const AllocatorConfig& Allocator::config() const { return impl_->config; }
@@ -407,6 +520,78 @@ void Allocator::check_invariants() const {
   bool plain = impl_->config.force_plain || !impl_->backend->supports_virtual_memory();
   if (!plain && backed + impl_->physical.free_piece_bytes() != impl_->physical.reserved())
     throw Error("reserved bytes differ from mapped plus free physical pieces");
+}
+
+void Allocator::begin_allocate_to_pool(PoolId pool, PoolFilter filter) { impl_->privates.begin(pool, std::move(filter)); }
+void Allocator::end_allocate_to_pool(PoolId pool) noexcept { impl_->privates.end(pool); }
+void Allocator::create_or_incref_pool(PoolId pool) { impl_->privates.incref(pool); }
+int Allocator::pool_use_count(PoolId pool) const { return impl_->privates.use_count(pool); }
+
+void Allocator::release_pool(PoolId pool) noexcept {
+  Impl& d = *impl_;
+  if (!d.privates.release(pool) || d.privates.capturing()) return;
+  // The pool's graphs are gone; their last replay may still run: wait for it, then give back what is free.
+  try {
+    d.backend->synchronize();
+  } catch (...) {
+    return;  // the memory stays cached; empty_cache() tries again
+  }
+  for (StreamPool* p : d.privates.stream_pools(pool)) {
+    std::lock_guard lock(p->lock());
+    p->process_pending(false);
+    p->release_cached();
+  }
+  {
+    std::lock_guard lock(d.physical.mutex());
+    d.physical.release_unused_chunks();
+  }
+  d.privates.retire_empty();
+}
+
+std::vector<DevicePtr> Allocator::pool_live_blocks(PoolId pool) const {
+  std::vector<DevicePtr> out;
+  for (StreamPool* p : impl_->privates.stream_pools(pool)) {
+    std::lock_guard lock(p->lock());
+    p->for_each_live([&](const Block* b) { out.push_back(b->addr); });
+  }
+  return out;
+}
+
+PoolCheckpoint Allocator::checkpoint_pool(PoolId pool) const {
+  PoolCheckpoint cp;
+  cp.pool = pool;
+  for (StreamPool* p : impl_->privates.stream_pools(pool)) {
+    std::lock_guard lock(p->lock());
+    p->for_each_live([&](const Block* b) { cp.blocks.push_back({b->addr, b->size, b->requested, p->stream()}); });
+  }
+  return cp;
+}
+
+std::vector<DevicePtr> Allocator::restore_pool(const PoolCheckpoint& cp) {
+  auto same = [](const PoolCheckpoint::Entry& e, const Block* b) { return e.addr == b->addr && e.size == b->size; };
+  std::vector<DevicePtr> allocated;
+  std::vector<StreamPool*> pools = impl_->privates.stream_pools(cp.pool);
+  for (StreamPool* p : pools) {  // first free what the checkpoint does not hold
+    std::lock_guard lock(p->lock());
+    std::vector<Block*> extra;
+    p->for_each_live([&](const Block* b) {
+      if (std::none_of(cp.blocks.begin(), cp.blocks.end(), [&](const auto& e) { return same(e, b); }))
+        extra.push_back(const_cast<Block*>(b));
+    });
+    for (Block* b : extra) p->free_now(b);
+  }
+  for (const PoolCheckpoint::Entry& e : cp.blocks) {  // then allocate what it holds and is free now
+    auto owner = std::find_if(pools.begin(), pools.end(), [&](StreamPool* p) { return p->stream() == e.stream; });
+    if (owner == pools.end())
+      throw Error("gpumem: cannot restore a pool checkpoint: its stream no longer allocates in the pool");
+    std::lock_guard lock((*owner)->lock());
+    if (Block* live = (*owner)->find_live(e.addr); live && live->size == e.size) continue;
+    if (!(*owner)->allocate_at(e.addr, e.size, e.requested))
+      throw Error("gpumem: cannot restore a pool checkpoint: " + format_bytes(e.size) + " at " +
+                  std::to_string(e.addr) + " is no longer free in the pool");
+    allocated.push_back(e.addr);
+  }
+  return allocated;
 }
 
 }  // namespace gpumem

@@ -81,6 +81,7 @@ Block* Arena::grow_virtual(std::size_t size) {
   bool tight = double(free_mapped) <= config_.stitch_free_fraction * double(physical_.reserved()) ||
                physical_.would_exceed_limit(need - got);
   auto stitch = [&] {
+    if (!stitching_) return;
     if (got < need) got += lend(need - got, tail, pieces);
     if (got < need && sibling_) got += sibling_->lend(need - got, nullptr, pieces);
   };
@@ -223,6 +224,27 @@ Block* Arena::take(Block* b, std::size_t size) {
   b->prev = front;
   free_.resize(b, b->addr + size, b->size - size);
   return front;
+}
+
+Block* Arena::take_at(DevicePtr addr, std::size_t size) {
+  Region* r = region_of(addr);
+  Block* b = r ? block_containing(*r, addr) : nullptr;
+  if (!b || b->state != BlockState::free || addr + size > b->end()) return nullptr;
+  if (b->addr < addr) {  // the part before addr stays free as a block of its own
+    Block* front = recycler_.make();
+    front->addr = b->addr;
+    front->size = addr - b->addr;
+    front->region = b->region;
+    front->state = BlockState::free;
+    front->prev = b->prev;
+    front->next = b;
+    if (b->prev) b->prev->next = front;
+    else b->region->first = front;
+    b->prev = front;
+    free_.resize(b, addr, b->end() - addr);
+    free_.insert(front);
+  }
+  return take(b, size);
 }
 
 void Arena::release(Block* b) noexcept {

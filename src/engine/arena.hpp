@@ -49,6 +49,9 @@ class Arena {
   Block* grow(std::size_t size);
   // Carves `size` bytes off the front of free block `b`; returns the (now allocated) front part.
   Block* take(Block* b, std::size_t size);
+  // Allocates exactly [addr, addr+size) out of the free block covering it; nullptr if that range is not
+  // free here. For restoring a private pool's checkpoint.
+  Block* take_at(DevicePtr addr, std::size_t size);
   // Returns an allocated or pending block to the free set, merging it with free neighbours.
   void release(Block* b) noexcept;
   // Unmaps every fully free mapped range (VMM) or frees every fully free segment (plain).
@@ -58,6 +61,9 @@ class Arena {
   bool small_pool() const noexcept { return small_; }
   // The other arena of the same pool: when growing, its fully free pages are taken too.
   void set_sibling(Arena* sibling) noexcept { sibling_ = sibling; }
+  // A private (graph) pool never stitches: a captured graph keeps using the addresses of its free blocks,
+  // and checkpoints are restored at exact addresses, so free ranges must never become holes.
+  void disable_stitching() noexcept { stitching_ = false; }
   std::size_t free_blocks() const noexcept { return free_.count(); }
   std::size_t free_bytes() const noexcept { return free_.bytes(); }
   std::size_t largest_free() const noexcept { return free_.largest(); }
@@ -78,6 +84,9 @@ class Arena {
     for (const auto& [va, m] : mappings_) fn(va, m.bytes, m.piece.chunk, m.piece.offset);
   }
   bool owns(DevicePtr p) const noexcept;
+  // The physical pieces behind [start, start+bytes), page-aligned and mapped, in address order; throws
+  // gpumem::Error when that memory is a plain segment (no pieces to share).
+  std::vector<Piece> pieces_behind(DevicePtr start, std::size_t bytes) const;
   // Throws gpumem::Error at the first broken invariant.
   void check_invariants() const;
 
@@ -120,6 +129,7 @@ class Arena {
   std::size_t granularity_;
   FreeIndex free_;
   Arena* sibling_ = nullptr;
+  bool stitching_ = true;
   std::vector<std::unique_ptr<Region>> regions_;
   std::map<DevicePtr, Mapping> mappings_;  // va -> mapping, VMM regions only
   std::size_t mapped_bytes_ = 0;

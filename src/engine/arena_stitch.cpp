@@ -48,6 +48,16 @@ void Arena::collect_physical(DevicePtr start, std::size_t bytes, std::vector<Pie
   }
 }
 
+std::vector<Piece> Arena::pieces_behind(DevicePtr start, std::size_t bytes) const {
+  for (const auto& r : regions_) {
+    if (start >= r->base && start < r->base + r->size && r->plain)
+      throw Error("gpumem: this allocation is a plain device segment (no virtual memory): it cannot be shared");
+  }
+  std::vector<Piece> out;
+  collect_physical(start, bytes, out);
+  return out;
+}
+
 std::size_t Arena::unmap_unused() {
   // Mappings under which no block is in use: nothing can read them once this stream is idle.
   std::vector<DevicePtr> unused;

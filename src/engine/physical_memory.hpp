@@ -48,6 +48,9 @@ class PhysicalMemory {
   DevicePtr allocate_segment(std::size_t bytes, bool small_pool);
   void free_segment(DevicePtr ptr, std::size_t bytes, bool small_pool) noexcept;
 
+  ChunkHandle handle_of(std::size_t chunk) const { return chunks_[chunk].handle; }
+  std::size_t bytes_of(std::size_t chunk) const { return chunks_[chunk].bytes; }
+
   bool would_exceed_limit(std::size_t more) const { return limit_ && reserved_ + more > limit_; }
 
   const StatArray& segment_stats() const { return segment_; }

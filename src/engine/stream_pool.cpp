@@ -8,11 +8,16 @@ constexpr std::size_t kRound = 512;
 }
 
 StreamPool::StreamPool(Backend& backend, PhysicalMemory& physical, const AllocatorConfig& config, StreamId stream,
-                       const EventHub& hub)
-    : stream_(stream), backend_(backend), hub_(hub), small_(backend, physical, recycler_, config, stream, true, hub),
+                       const std::atomic<int>& captures, bool graph_pool, const EventHub& hub)
+    : stream_(stream), graph_pool_(graph_pool), captures_(captures), backend_(backend), hub_(hub),
+      small_(backend, physical, recycler_, config, stream, true, hub),
       large_(backend, physical, recycler_, config, stream, false, hub) {
   small_.set_sibling(&large_);
   large_.set_sibling(&small_);
+  if (graph_pool) {
+    small_.disable_stitching();
+    large_.disable_stitching();
+  }
 }
 
 StreamPool::~StreamPool() {
@@ -24,7 +29,7 @@ StreamPool::~StreamPool() {
 Block* StreamPool::allocate(std::size_t request) {
   std::size_t size = (request + kRound - 1) / kRound * kRound;
   Arena& arena = request <= kSmallRequestLimit ? small_ : large_;
-  if (!pending_.empty()) process_pending(false);
+  if (!pending_.empty() && !capturing()) process_pending(false);
   Block* b = parked_;
   if (b && b->size == size && b->small == arena.small_pool()) {
     parked_ = nullptr;
@@ -79,7 +84,16 @@ bool StreamPool::deallocate(DevicePtr ptr, StreamId free_stream) noexcept {
     return true;
   }
   b->state = BlockState::pending;
-  Pending p{b, {}, false};
+  if (capturing()) {
+    try {
+      pending_.push_back(Pending{b, {}, false, true});
+    } catch (...) {
+      // No room to remember it, and no event may be recorded now: the block is left unused (lost
+      // memory) rather than reused while another stream may still use it.
+    }
+    return true;
+  }
+  Pending p{b, {}, false, false};
   try {
     p.events.reserve(b->other_streams->size());
     for (StreamId s : *b->other_streams) p.events.push_back(backend_.record_event(s));
@@ -87,7 +101,7 @@ bool StreamPool::deallocate(DevicePtr ptr, StreamId free_stream) noexcept {
   } catch (...) {
     for (EventHandle e : p.events) backend_.release_event(e);
     try {
-      pending_.push_back(Pending{b, {}, true});
+      pending_.push_back(Pending{b, {}, true, false});
     } catch (...) {
       try {
         backend_.synchronize();
@@ -106,7 +120,20 @@ void StreamPool::record_stream(Block* b, StreamId stream) {
   if (std::find(s.begin(), s.end(), stream) == s.end()) s.push_back(stream);
 }
 
+void StreamPool::record_deferred_events(Pending& p) noexcept {
+  p.deferred = false;
+  if (!p.block->other_streams) return;
+  try {
+    for (StreamId s : *p.block->other_streams) p.events.push_back(backend_.record_event(s));
+  } catch (...) {
+    p.needs_sync = true;
+  }
+}
+
 void StreamPool::process_pending(bool wait) noexcept {
+  if (capturing()) return;  // no event may be recorded, queried or waited for during a capture
+  for (Pending& p : pending_)
+    if (p.deferred) record_deferred_events(p);
   bool synced = false;
   if (wait) {
     try {
@@ -173,6 +200,34 @@ std::size_t StreamPool::release_cached() {
   refresh_inactive_split(true);
   refresh_inactive_split(false);
   return released;
+}
+
+Block* StreamPool::allocate_at(DevicePtr addr, std::size_t size, std::size_t requested) {
+  flush_parked();
+  bool small = requested <= kSmallRequestLimit;
+  Arena& arena = small ? small_ : large_;
+  Block* b = arena.take_at(addr, size);
+  if (!b) return nullptr;
+  refresh_inactive_split(small);
+  b->requested = requested;
+  b->small = small;
+  try {
+    live_.insert(b->addr, b);
+  } catch (...) {
+    arena.release(b);
+    refresh_inactive_split(small);
+    throw;
+  }
+  account(b, true);
+  account_active(b, true);
+  return b;
+}
+
+void StreamPool::free_now(Block* b) noexcept {
+  live_.erase(b->addr);
+  account(b, false);
+  return_block(b);
+  flush_parked();
 }
 
 bool StreamPool::is_freed_block(DevicePtr ptr) const noexcept {

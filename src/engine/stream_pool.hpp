@@ -2,7 +2,10 @@
 // 1 MiB, large above), the table of live blocks, the blocks freed but still in use on other streams,
 // and the pool's share of the statistics. Pools of different streams never wait for each other; they
 // meet only in PhysicalMemory when memory must grow.
+// A graph pool is the share of one private pool (CUDA graph / MemPool) that one stream allocates: it
+// never stitches, and the allocator releases its memory only once the private pool is released.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <vector>
 
@@ -16,11 +19,14 @@ namespace gpumem::engine {
 
 class StreamPool {
  public:
+  // `captures` counts the captures underway in the allocator: while it is non-zero no event is recorded
+  // or queried (work queued on a capturing stream is not run, only recorded into the graph).
   StreamPool(Backend& backend, PhysicalMemory& physical, const AllocatorConfig& config, StreamId stream,
-             const EventHub& hub);
+             const std::atomic<int>& captures, bool graph_pool, const EventHub& hub);
   ~StreamPool();
 
   StreamId stream() const noexcept { return stream_; }
+  bool is_graph_pool() const noexcept { return graph_pool_; }
   SpinLock& lock() noexcept { return lock_; }
 
   // All below require lock() held.
@@ -33,6 +39,16 @@ class StreamPool {
   void process_pending(bool wait) noexcept;
   std::size_t release_cached();
   bool has_pending() const noexcept { return !pending_.empty(); }
+  std::size_t live_blocks() const noexcept { return live_.size(); }
+  std::size_t mapped_bytes() const noexcept { return small_.mapped_bytes() + large_.mapped_bytes(); }
+  template <typename Fn>
+  void for_each_live(Fn&& fn) const {
+    live_.for_each([&](DevicePtr, const Block* b) { fn(b); });
+  }
+  // Checkpoint restore: allocates exactly [addr, addr+size) (nullptr if not free here), or frees a live
+  // block at once, with no event (the caller has made sure no stream still uses it).
+  Block* allocate_at(DevicePtr addr, std::size_t size, std::size_t requested);
+  void free_now(Block* b) noexcept;
   // True if ptr is the start of a block this pool holds free or pending (a double free).
   bool is_freed_block(DevicePtr ptr) const noexcept;
 
@@ -53,7 +69,10 @@ class StreamPool {
     Block* block;
     std::vector<EventHandle> events;
     bool needs_sync;  // recording an event failed: only a full synchronize can return it
+    bool deferred;    // freed during a capture: its events are recorded once no capture is underway
   };
+  bool capturing() const noexcept { return captures_.load(std::memory_order_relaxed) != 0; }
+  void record_deferred_events(Pending& p) noexcept;
   void account(Block* b, bool allocated) noexcept;
   void account_active(Block* b, bool active) noexcept;
   void refresh_inactive_split(bool small) noexcept;
@@ -64,6 +83,8 @@ class StreamPool {
   void flush_parked() noexcept;
 
   StreamId stream_;
+  bool graph_pool_;
+  const std::atomic<int>& captures_;
   Backend& backend_;
   const EventHub& hub_;
   SpinLock lock_;

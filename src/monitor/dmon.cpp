@@ -16,10 +16,7 @@ void add(std::string& line, const std::string& value) {
   line += buf;
 }
 
-template <class T>
-std::string num(const nvml::Reading<T>& r) {
-  return r ? std::to_string(*r) : "-";
-}
+std::string num(const std::optional<unsigned>& v) { return v ? std::to_string(*v) : "-"; }
 
 std::vector<Column> columns(const DmonColumns& c) {
   std::vector<Column> out;
@@ -60,40 +57,33 @@ std::string dmon_header(const DmonColumns& cols) {
   return names + "\n" + units + "\n";
 }
 
-std::string dmon_lines(const nvml::Nvml& nvml, const std::vector<GpuRef>& gpus, const DmonColumns& cols,
-                       const nvml::PcieSampler* pcie) {
+std::string dmon_lines(const SampleSet& sample, const DmonColumns& cols) {
   std::string out;
-  for (size_t i = 0; i < gpus.size(); ++i) {
-    const GpuRef& g = gpus[i];
+  for (const GpuSample& g : sample.gpus) {
     char idx[16];
     std::snprintf(idx, sizeof idx, "%5u ", g.index);
     std::string line = idx;
-    auto d = g.device;
     if (cols.power) {
-      auto p = d ? nvml.power_mw(d) : nvml::Reading<unsigned>::fail(g.status);
-      add(line, p ? std::to_string((*p + 500) / 1000) : "-");
-      add(line, d ? num(nvml.temperature(d)) : "-");
-      add(line, d ? num(nvml.memory_temperature(d)) : "-");
+      add(line, g.power_mw ? std::to_string((*g.power_mw + 500) / 1000) : "-");
+      add(line, num(g.temperature));
+      add(line, num(g.memory_temperature));
     }
     if (cols.util) {
-      auto u = d ? nvml.utilization(d) : nvml::Reading<nvml::Utilization>::fail(g.status);
-      add(line, u ? std::to_string(u->gpu) : "-");
-      add(line, u ? std::to_string(u->memory) : "-");
+      add(line, num(g.util_gpu));
+      add(line, num(g.util_memory));
     }
     if (cols.clocks) {
-      add(line, d ? num(nvml.clock_mhz(d, nvml::abi::kClockMem)) : "-");
-      add(line, d ? num(nvml.clock_mhz(d, nvml::abi::kClockGraphics)) : "-");
+      add(line, num(g.clock_memory_mhz));
+      add(line, num(g.clock_graphics_mhz));
     }
     if (cols.memory) {
-      auto m = d ? nvml.memory(d) : nvml::Reading<nvml::MemoryInfo>::fail(g.status);
-      add(line, m ? std::to_string(to_mib(m->used)) : "-");
-      add(line, m && m->reserved ? std::to_string(to_mib(*m->reserved)) : "-");
-      add(line, m ? std::to_string(to_mib(m->free)) : "-");
+      add(line, g.memory_used ? std::to_string(to_mib(*g.memory_used)) : "-");
+      add(line, g.memory_reserved ? std::to_string(to_mib(*g.memory_reserved)) : "-");
+      add(line, g.memory_free ? std::to_string(to_mib(*g.memory_free)) : "-");
     }
     if (cols.pcie) {
-      nvml::PcieRate r = pcie ? pcie->latest(i) : nvml::PcieRate{};
-      add(line, r.rx_kbps ? std::to_string(*r.rx_kbps / 1024) : "-");
-      add(line, r.tx_kbps ? std::to_string(*r.tx_kbps / 1024) : "-");
+      add(line, g.pcie_rx_kbps ? std::to_string(*g.pcie_rx_kbps / 1024) : "-");
+      add(line, g.pcie_tx_kbps ? std::to_string(*g.pcie_tx_kbps / 1024) : "-");
     }
     out += line + "\n";
   }

@@ -7,8 +7,10 @@
 #include <cctype>
 #include <chrono>
 #include <cstring>
+#include <set>
 #include <thread>
 
+#include "gpumem/printable.hpp"
 #include "monitor/common.hpp"
 
 namespace gpumem::monitor {
@@ -51,6 +53,7 @@ std::string signal_name(int sig) {
 
 std::optional<std::string> kill_refusal(const ProcInfo& target, uid_t euid, int self, int parent) {
   if (target.pid == 1) return "refused: PID 1 is init";
+  if (target.pid == 2 || target.ppid == 2) return "refused: PID " + std::to_string(target.pid) + " is a kernel thread";
   if (target.pid == self) return "refused: that is gpumem itself";
   if (target.pid == parent) return "refused: that is gpumem's parent process";
   if (euid != 0 && target.uid != euid)
@@ -67,6 +70,10 @@ std::vector<KillOutcome> kill_processes(const std::vector<int>& pids, const Kill
   std::vector<KillOutcome> out;
   std::vector<Pending> pending;
   const int self = static_cast<int>(getpid()), parent = static_cast<int>(getppid());
+  // gpumem's ancestors (the shell that ran it, the terminal, ...): signalling them would end this session.
+  std::set<int> ancestors;
+  for (auto p = read_process(parent); p && p->ppid > 1 && ancestors.size() < 4096; p = read_process(p->ppid))
+    if (!ancestors.insert(p->ppid).second) break;
   const uid_t euid = geteuid();
   const auto started = Clock::now();
   for (int pid : pids) {
@@ -83,6 +90,9 @@ std::vector<KillOutcome> kill_processes(const std::vector<int>& pids, const Kill
     if (auto why = kill_refusal(*p, euid, self, parent)) {
       o.result = KillResult::kRefused;
       o.detail = *why;
+    } else if (ancestors.count(pid)) {
+      o.result = KillResult::kRefused;
+      o.detail = "refused: that is an ancestor of gpumem (the shell or terminal that started it)";
     } else if (options.dry_run) {
       o.result = KillResult::kDryRun;
       o.detail = "would send " + signal_name(options.signal);
@@ -119,7 +129,7 @@ std::vector<KillOutcome> kill_processes(const std::vector<int>& pids, const Kill
   const bool ends = options.signal == SIGTERM || options.signal == SIGINT || options.signal == SIGHUP ||
                     options.signal == SIGQUIT || options.signal == SIGKILL;
   if (!ends) {
-    for (const Pending& p : pending) out[p.outcome].result = KillResult::kExited, out[p.outcome].detail = "sent " + signal_name(options.signal);
+    for (const Pending& p : pending) out[p.outcome].result = KillResult::kSignalled, out[p.outcome].detail = "sent " + signal_name(options.signal);
     return out;
   }
   wait_for(options.timeout_s);
@@ -143,14 +153,15 @@ std::vector<KillOutcome> kill_processes(const std::vector<int>& pids, const Kill
 std::string render_kill(const std::vector<KillOutcome>& outcomes) {
   std::string text;
   for (const KillOutcome& o : outcomes) {
-    std::string cmd = o.command.size() > 50 ? o.command.substr(0, 47) + "..." : o.command;
+    std::string cmd = printable(o.command);  // a name must not drive the terminal
+    if (cmd.size() > 50) cmd = cmd.substr(0, 47) + "...";
     text += "PID " + std::to_string(o.pid) + (cmd.empty() ? "" : " (" + cmd + ")") + ": " + o.detail + "\n";
   }
   return text;
 }
 
 nlohmann::ordered_json kill_json(const std::vector<KillOutcome>& outcomes) {
-  static const char* names[] = {"exited", "killed", "survived", "refused", "no_such_process", "dry_run", "failed"};
+  static const char* names[] = {"exited", "killed", "survived", "refused", "no_such_process", "dry_run", "failed", "signalled"};
   nlohmann::ordered_json j = nlohmann::ordered_json::array();
   for (const KillOutcome& o : outcomes)
     j.push_back({{"pid", o.pid}, {"command", o.command}, {"result", names[static_cast<int>(o.result)]}, {"detail", o.detail}});
@@ -159,7 +170,8 @@ nlohmann::ordered_json kill_json(const std::vector<KillOutcome>& outcomes) {
 
 bool kill_all_done(const std::vector<KillOutcome>& outcomes) {
   return std::all_of(outcomes.begin(), outcomes.end(), [](const KillOutcome& o) {
-    return o.result == KillResult::kExited || o.result == KillResult::kKilled || o.result == KillResult::kDryRun;
+    return o.result == KillResult::kExited || o.result == KillResult::kKilled || o.result == KillResult::kDryRun ||
+           o.result == KillResult::kSignalled;
   });
 }
 

@@ -21,7 +21,8 @@ struct KillOptions {
   bool dry_run = false;
 };
 
-enum class KillResult { kExited, kKilled, kSurvived, kRefused, kNoSuchProcess, kDryRun, kFailed };
+// kSignalled: a signal not meant to end the process (STOP, USR1, ...) was delivered; it may well live on.
+enum class KillResult { kExited, kKilled, kSurvived, kRefused, kNoSuchProcess, kDryRun, kFailed, kSignalled };
 
 struct KillOutcome {
   int pid = 0;

@@ -79,6 +79,8 @@ std::optional<ProcInfo> read_process(int pid) {
     p.zombie = f[0] == "Z" || f[0] == "X";
     p.ppid = std::atoi(f[1].c_str());
     p.start_time = std::strtoull(f[19].c_str(), nullptr, 10);
+    p.cpu_ticks = std::strtoull(f[11].c_str(), nullptr, 10) + std::strtoull(f[12].c_str(), nullptr, 10);
+    if (f.size() > 21) p.rss_bytes = std::strtoull(f[21].c_str(), nullptr, 10) * static_cast<unsigned long long>(sysconf(_SC_PAGESIZE));
   }
   std::istringstream status(read_file(dir + "/status"));
   std::string line;

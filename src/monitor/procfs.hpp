@@ -20,6 +20,8 @@ struct ProcInfo {
   std::string comm;         // kernel's short name
   std::string cmdline;      // arguments joined by spaces; empty for kernel threads
   unsigned long long start_time = 0;  // clock ticks after boot: tells a reused PID apart
+  unsigned long long cpu_ticks = 0;   // user + system time, clock ticks (for %CPU between samples)
+  unsigned long long rss_bytes = 0;   // resident host memory
   std::vector<int> nspids;  // NSpid: this PID in each nested namespace, outermost first
   std::string container;    // short container id from the cgroup path, if any
   // The PID inside the process's own namespace when it differs (a container's view).

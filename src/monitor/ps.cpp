@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <map>
 
+#include "gpumem/printable.hpp"
+
 namespace gpumem::monitor {
 
 bool is_driver_daemon(const ProcInfo& p) {
@@ -110,6 +112,7 @@ std::string note_of(const PsEntry& e) {
 std::string command_of(const PsEntry& e) {
   if (!e.proc) return "";
   std::string c = e.proc->cmdline.empty() ? "[" + e.proc->comm + "]" : e.proc->cmdline;
+  c = printable(c);  // a name must not drive the terminal
   if (c.size() > 60) c = c.substr(0, 57) + "...";
   return c;
 }
@@ -123,10 +126,10 @@ std::string render_ps(const PsReport& r) {
                 "CONTAINER", "COMMAND");
   out += line;
   for (const PsEntry& e : r.entries) {
-    std::string user = e.proc ? e.proc->user : "?";
+    std::string user = e.proc ? printable(e.proc->user) : "?";
     std::string container = "-";
     if (e.proc && !e.proc->container.empty()) {
-      container = e.proc->container;
+      container = printable(e.proc->container);
       if (auto inner = e.proc->inner_pid()) container += ":" + std::to_string(*inner);
     }
     std::string cmd = command_of(e);
@@ -147,7 +150,7 @@ std::string render_ps(const PsReport& r) {
                                                static_cast<long long>(to_mib(g.process_bytes))
                                          : 0;
     std::snprintf(line, sizeof line, "GPU %u (%s): used %s, by processes %llu MiB, unexplained %lld MiB%s\n",
-                  g.index, g.name.c_str(), mib_text(g.used_bytes).c_str(), to_mib(g.process_bytes), unexplained,
+                  g.index, printable(g.name).c_str(), mib_text(g.used_bytes).c_str(), to_mib(g.process_bytes), unexplained,
                   g.error.empty() ? "" : ("; " + g.error).c_str());
     out += line;
   }

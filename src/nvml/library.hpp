@@ -42,6 +42,8 @@ struct Functions {
   Return (*utilization)(Device, abi::Utilization*) = nullptr;
   Return (*power_usage)(Device, unsigned*) = nullptr;
   Return (*power_limit)(Device, unsigned*) = nullptr;
+  Return (*total_energy)(Device, unsigned long long*) = nullptr;
+  Return (*pcie_replay_counter)(Device, unsigned*) = nullptr;
   Return (*clock)(Device, unsigned, unsigned*) = nullptr;
   Return (*max_clock)(Device, unsigned, unsigned*) = nullptr;
   Return (*fan_speed)(Device, unsigned*) = nullptr;

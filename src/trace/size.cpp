@@ -4,7 +4,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "gpumem/limits.hpp"
 #include "gpumem/trace.hpp"
+
+#include <cstdlib>
 
 namespace gpumem {
 namespace {
@@ -65,6 +68,30 @@ std::uint64_t parse_size(std::string_view text) {
   for (unsigned d = 0; d < decimals; ++d) bytes /= 10;
   if (bytes > UINT64_MAX) bad(text, "it is larger than 2^64-1 bytes");
   return static_cast<std::uint64_t>(bytes);
+}
+
+}  // namespace gpumem
+
+namespace gpumem {
+
+std::uint64_t parse_limit(std::string_view text) {
+  if (text == "none") return 0;
+  const std::uint64_t bytes = parse_size(text);
+  if (bytes < kMinLimitBytes)
+    throw std::invalid_argument("a limit of " + std::to_string(bytes) +
+                                " bytes is below one page (2 MiB); write 'none' for no limit");
+  return bytes;
+}
+
+double parse_fraction(std::string_view text) {
+  const std::string s(text);
+  char* end = nullptr;
+  const double f = s.empty() ? 0.0 : std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !(f > 0.0 && f <= 1.0))
+    throw std::invalid_argument("fraction '" + s + "' is not a number in (0, 1]");
+  if (f < kMinFraction)
+    throw std::invalid_argument("fraction " + s + " is below 0.0001, less than a page of any GPU; use --limit none or unset it for no limit");
+  return f;
 }
 
 }  // namespace gpumem

@@ -161,4 +161,36 @@ TEST(DefaultAllocators, ManyThreadsShareADevice) {
   EXPECT_EQ(gpumem_memory_allocated(8), 0u);
 }
 
+TEST(CApi, BaseAllocGivesTheBlockStartAndSizeForInteriorPointers) {
+  void* p = nullptr;
+  ASSERT_EQ(gpumem_allocate(10000, 7, nullptr, &p), GPUMEM_OK);
+  size_t size = 12345;
+  EXPECT_EQ(gpumem_base_alloc(p, &size), p);
+  EXPECT_GE(size, 10000u);
+  const size_t usable = size;
+  void* inside = static_cast<char*>(p) + 4321;
+  size = 0;
+  EXPECT_EQ(gpumem_base_alloc(inside, &size), p);
+  EXPECT_EQ(size, usable);
+  int stack_value = 0;
+  size = 777;
+  EXPECT_EQ(gpumem_base_alloc(&stack_value, &size), &stack_value);
+  EXPECT_EQ(size, 0u) << "an unknown pointer must report size 0";
+  EXPECT_EQ(gpumem_base_alloc(inside, nullptr), p);
+  ASSERT_EQ(gpumem_deallocate(p, 7, nullptr), GPUMEM_OK);
+  size = 777;
+  EXPECT_EQ(gpumem_base_alloc(inside, &size), inside) << "a freed block is not live";
+  EXPECT_EQ(size, 0u);
+}
+
+TEST(CApi, ATinyFractionOrLimitIsRefusedNotUnlimited) {
+  ASSERT_EQ(gpumem_set_limit(std::size_t(16) << 20, 8), GPUMEM_OK);
+  for (double tiny : {1e-300, 1e-12})
+    EXPECT_EQ(gpumem_set_fraction(tiny, 8), GPUMEM_E_INVALID) << tiny;
+  EXPECT_EQ(gpumem_set_limit(1, 8), GPUMEM_E_INVALID);
+  void* p = nullptr;
+  EXPECT_EQ(gpumem_allocate(std::size_t(64) << 20, 8, nullptr, &p), GPUMEM_E_OOM) << "the 16 MiB limit was lost";
+  EXPECT_EQ(gpumem_set_limit(0, 8), GPUMEM_OK);  // 0: no limit
+}
+
 }  // namespace

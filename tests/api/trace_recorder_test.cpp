@@ -116,4 +116,29 @@ TEST_F(TraceRecorder, AFileThatCannotBeCreatedIsAClearError) {
   EXPECT_EQ(gpumem_trace_stop(), 0);
 }
 
+TEST_F(TraceRecorder, ThreadsRecordEveryEventInTheOrderItTookEffect) {
+  // Threads on one stream free and allocate the same sizes, so addresses are reused at once: a free
+  // written after another thread's allocation of its address made the trace unreadable.
+  const std::string path = temp_path("-threads.jsonl");
+  ASSERT_EQ(gpumem_trace_start(path.c_str()), GPUMEM_OK) << gpumem_last_error();
+  constexpr int kThreads = 8, kRounds = 2000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([] {
+      for (int i = 0; i < kRounds; ++i) {
+        void* p = nullptr;
+        ASSERT_EQ(gpumem_allocate(512 + (i % 3) * 512, 6, nullptr, &p), GPUMEM_OK);
+        ASSERT_EQ(gpumem_deallocate(p, 6, nullptr), GPUMEM_OK);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(gpumem_trace_stop(), 2 * kThreads * kRounds);
+  gpumem::trace::Trace t;
+  ASSERT_NO_THROW(t = gpumem::trace::read_trace(path));
+  EXPECT_EQ(t.summary.allocs, std::size_t(kThreads * kRounds));
+  EXPECT_EQ(t.summary.frees, std::size_t(kThreads * kRounds));
+  std::remove(path.c_str());
+}
+
 }  // namespace

@@ -9,6 +9,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 namespace gpumem::conformance {
 
 std::shared_ptr<Backend> BackendConformance::make(const BackendParams& params) {
@@ -191,6 +193,49 @@ TEST_P(BackendConformance, SamePhysicalBytesThroughTwoMappings) {
   b->release_chunk(c);
   b->release_range(va1, 2 * g);
   b->release_range(va2, 2 * g);
+}
+
+// CUDA IPC's building block: a chunk exported and imported (here into a second backend of the same kind,
+// as the receiving process would) is the same memory, and outlives the exporter's release of its chunk.
+TEST_P(BackendConformance, ExportedChunkImportsAsTheSameMemory) {
+  REQUIRE_REAL_MEMORY();
+  MAKE_OR_SKIP(b, BackendParams{});
+  REQUIRE_VMM(b);
+  if (!b->supports_sharing()) {
+    EXPECT_THROW(b->export_chunk(0), BackendError);
+    GTEST_SKIP() << GetParam().name << " cannot share memory with other processes";
+  }
+  MAKE_OR_SKIP(receiver, BackendParams{});
+  const std::size_t g = b->granularity();
+  ChunkHandle c = b->create_chunk(2 * g);
+  DevicePtr va = b->reserve(2 * g);
+  b->map(va, 2 * g, c, 0);
+  std::vector<int> fds = b->export_chunk(c);
+  ASSERT_FALSE(fds.empty());
+  EXPECT_THROW(receiver->import_chunk({}, 2 * g), BackendError);
+
+  ChunkHandle imported = receiver->import_chunk(fds, 2 * g);
+  for (int fd : fds) close(fd);  // the import holds its own reference
+  DevicePtr rva = receiver->reserve(2 * g);
+  receiver->map(rva, 2 * g, imported, 0);
+  auto p1 = pattern(2 * g, 3);
+  write(*b, va, p1.data(), p1.size());
+  std::vector<std::uint8_t> got(2 * g);
+  read(*receiver, got.data(), rva, got.size());
+  EXPECT_TRUE(got == p1) << "the importer does not see the exporter's bytes";
+
+  b->unmap(va, 2 * g);  // the exporter lets go first: the importer's mapping keeps the memory
+  b->release_chunk(c);
+  b->release_range(va, 2 * g);
+  auto p2 = pattern(g, 4);
+  write(*receiver, rva + g, p2.data(), p2.size());
+  std::vector<std::uint8_t> half(g);
+  read(*receiver, half.data(), rva + g, g);
+  EXPECT_TRUE(half == p2);
+  receiver->unmap(rva, 2 * g);
+  receiver->release_chunk(imported);
+  receiver->release_range(rva, 2 * g);
+  expect_live_chunks(*receiver, 0u);
 }
 
 TEST_P(BackendConformance, OffsetsSelectTheRightPages) {

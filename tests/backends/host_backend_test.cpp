@@ -2,6 +2,8 @@
 // and how syscall failures surface. The portable contract is in the conformance suite.
 #include <dirent.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -173,6 +175,101 @@ TEST(HostBackend, AutomaticEventsCompleteAtOnce) {
   EXPECT_EQ(b.pending_events(), 1u);
   b.release_event(e);
   EXPECT_EQ(b.pending_events(), 0u);
+}
+
+// Two real processes: the exporter's memfd crosses a Unix socket (SCM_RIGHTS, as CUDA IPC's descriptors
+// do); the receiver imports it into its own backend, reads the exporter's bytes and writes its answer.
+void send_fd(int socket, int fd) {
+  char token = 'x';
+  iovec iov{&token, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  ASSERT_EQ(sendmsg(socket, &msg, 0), 1);
+}
+
+int receive_fd(int socket) {
+  char token;
+  iovec iov{&token, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  if (recvmsg(socket, &msg, 0) != 1) return -1;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  if (!c || c->cmsg_type != SCM_RIGHTS) return -1;
+  int fd;
+  std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+  return fd;
+}
+
+TEST(HostBackend, ExportedChunkCrossesToAnotherProcess) {
+  int sockets[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sockets), 0);
+  HostBackend exporter(small());
+  ChunkHandle c = exporter.create_chunk(2 * kGran);
+  DevicePtr va = exporter.reserve(2 * kGran);
+  exporter.map(va, 2 * kGran, c, 0);
+  auto* bytes = reinterpret_cast<unsigned char*>(va);
+  std::memset(bytes, 0x11, 2 * kGran);
+
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // the receiver: only async-signal-safe-ish work and _exit, no gtest assertions
+    close(sockets[0]);
+    int fd = receive_fd(sockets[1]);
+    HostBackend receiver(small());
+    ChunkHandle imported = receiver.import_chunk({fd}, 2 * kGran);
+    close(fd);
+    DevicePtr rva = receiver.reserve(2 * kGran);
+    receiver.map(rva, 2 * kGran, imported, 0);
+    auto* mine = reinterpret_cast<unsigned char*>(rva);
+    bool saw = mine[0] == 0x11 && mine[2 * kGran - 1] == 0x11;
+    std::memset(mine + kGran, 0x22, kGran);
+    _exit(saw ? 0 : 1);
+  }
+  close(sockets[1]);
+  std::vector<int> fds = exporter.export_chunk(c);
+  ASSERT_EQ(fds.size(), 1u);
+  send_fd(sockets[0], fds[0]);
+  close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the receiver did not see the exporter's bytes";
+  EXPECT_EQ(bytes[0], 0x11);
+  EXPECT_EQ(bytes[kGran], 0x22) << "the receiver's write is not seen by the exporter";
+  close(sockets[0]);
+  exporter.unmap(va, 2 * kGran);
+  exporter.release_chunk(c);
+  exporter.release_range(va, 2 * kGran);
+}
+
+TEST(HostBackend, ImportRejectsWhatIsNotAMemoryFileOfTheSize) {
+  HostBackend b(small());
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  EXPECT_THROW(b.import_chunk({pipe_fds[0]}, kGran), BackendError);
+  ChunkHandle c = b.create_chunk(kGran);
+  std::vector<int> fds = b.export_chunk(c);
+  EXPECT_THROW(b.import_chunk(fds, 2 * kGran), BackendError) << "a 1-granule memfd imported as 2";
+  EXPECT_THROW(b.import_chunk({fds[0], fds[0]}, kGran), BackendError);
+  EXPECT_EQ(b.used_bytes(), kGran);
+  ChunkHandle imported = b.import_chunk(fds, kGran);
+  EXPECT_EQ(b.used_bytes(), kGran) << "an imported chunk must take no capacity";
+  b.release_chunk(imported);
+  b.release_chunk(c);
+  EXPECT_EQ(b.used_bytes(), 0u);
+  for (int fd : {fds[0], pipe_fds[0], pipe_fds[1]}) close(fd);
 }
 
 }  // namespace

@@ -173,13 +173,19 @@ TEST(BadInput, MemoryFractionOutsideZeroToOneIsRejected) {
   f.expect_consistent(0);
 }
 
-TEST(BadInput, ATinyFractionMakesEveryAllocationFailUntilLifted) {
+TEST(BadInput, ATinyFractionOrLimitIsAnErrorNotNoLimit) {
   Fixture f;
-  f.alloc.set_memory_fraction(1e-9);
-  EXPECT_THROW(f.alloc.allocate(512), OutOfMemoryError);
-  EXPECT_THROW(f.alloc.allocate(64 * kMiB), OutOfMemoryError);
-  EXPECT_EQ(f.alloc.stats().num_ooms, 2);
+  f.alloc.set_limit(64 * kMiB);
+  // 1e-300 and 1e-12 of the device round to 0 bytes, which would mean "no limit"; 1e-9 to 1 byte.
+  for (double tiny : {1e-300, 1e-12, 1e-9, std::numeric_limits<double>::denorm_min()})
+    EXPECT_THROW(f.alloc.set_memory_fraction(tiny), std::invalid_argument) << tiny;
+  for (std::size_t bytes : {std::size_t(1), std::size_t(4095), f.sim->granularity() - 1})
+    EXPECT_THROW(f.alloc.set_limit(bytes), std::invalid_argument) << bytes;
+  EXPECT_EQ(f.alloc.limit(), 64 * kMiB) << "a refused cap changed the limit";
+  f.alloc.set_limit(f.sim->granularity());
+  EXPECT_THROW(f.alloc.allocate(2 * f.sim->granularity()), OutOfMemoryError);
   f.alloc.set_limit(0);
+  EXPECT_EQ(f.alloc.limit(), 0u);
   f.expect_consistent(0);
 }
 

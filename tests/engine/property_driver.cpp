@@ -1,5 +1,6 @@
 #include "engine/property_driver.hpp"
 
+#include <algorithm>
 #include <functional>
 #include <random>
 #include <sstream>
@@ -129,7 +130,8 @@ PropertyResult run_property(const PropertyConfig& c) {
         // Somewhere around what is reserved now: some growth fails, some fits.
         const auto reserved = double(allocator.stats().reserved_bytes[kAggregatePool].current);
         step.what = "set_limit";
-        step.bytes = std::size_t(reserved * std::uniform_real_distribution<double>(0.5, 1.1)(rng)) + 1;
+        step.bytes = std::max(std::size_t(reserved * std::uniform_real_distribution<double>(0.5, 1.1)(rng)) + 1,
+                              allocator.backend().granularity());  // below one page is refused
         allocator.set_limit(step.bytes);
         limited = true;
       }

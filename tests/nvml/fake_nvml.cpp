@@ -4,7 +4,8 @@
 //   driver 550.54.15 | cuda 12040 | init_error 9 | insufficient_size_once 1
 //   gpu name="NVIDIA H100 80GB HBM3" uuid=GPU-... bus=00000000:18:00.0 total_mib=81559 used_mib=80 ...
 //       (any value "na" makes that call return NOT_SUPPORTED; lost=1: calls return GPU_IS_LOST;
-//        lost=handle: nvmlDeviceGetHandleByIndex fails; memory_v2=mismatch: _v2 rejects the struct)
+//        lost=handle: nvmlDeviceGetHandleByIndex fails; memory_v2=mismatch: _v2 rejects the struct;
+//        hang_file=PATH: while PATH exists, every call on the GPU waits: a GPU that stops answering)
 //   proc gpu=0 pid=1234 used_mib=400 type=compute|graphics name=python3
 // Built three times: the current driver ABI, an old driver (-DFAKE_NVML_OLD_DRIVER: no _v2/_v3 entry
 // points) and the driver whose _v3 process records carry usedGpuCcProtectedMemory (-DFAKE_NVML_CC_V3).
@@ -126,9 +127,17 @@ Gpu* gpu_of(abi::Device d) {
 }
 
 // Looks up `key` on the device: absent → `fallback`; "na" → NOT_SUPPORTED; lost GPU → GPU_IS_LOST.
+// A GPU that stops answering: hold the caller while the scenario's hang file exists.
+void maybe_hang(const Gpu& g) {
+  std::string path = get(g.kv, "hang_file");
+  if (path.empty()) return;
+  while (std::ifstream(path).good()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
 abi::Return value(abi::Device d, const std::string& key, unsigned long long* out, const char* fallback) {
   Gpu* g = gpu_of(d);
   if (!g) return abi::kErrorInvalidArgument;
+  maybe_hang(*g);
   if (get(g->kv, "lost") == "1") return abi::kErrorGpuIsLost;
   auto it = g->kv.find(key);
   std::string v = it == g->kv.end() ? fallback : it->second;
@@ -342,6 +351,10 @@ EXPORT abi::Return nvmlDeviceGetUtilizationRates(abi::Device d, abi::Utilization
   return rc == abi::kSuccess ? value_as(d, "util_mem", &u->memory, "0") : rc;
 }
 EXPORT abi::Return nvmlDeviceGetPowerUsage(abi::Device d, unsigned* p) { return value_as(d, "power_mw", p, "75430"); }
+EXPORT abi::Return nvmlDeviceGetTotalEnergyConsumption(abi::Device d, unsigned long long* e) {
+  return value_as(d, "energy_mj", e, "123456789");
+}
+EXPORT abi::Return nvmlDeviceGetPcieReplayCounter(abi::Device d, unsigned* n) { return value_as(d, "pcie_replay", n, "0"); }
 EXPORT abi::Return nvmlDeviceGetPowerManagementLimit(abi::Device d, unsigned* p) { return value_as(d, "limit_mw", p, "700000"); }
 EXPORT abi::Return nvmlDeviceGetClockInfo(abi::Device d, unsigned type, unsigned* c) {
   static const char* keys[] = {"clk_gr", "clk_sm", "clk_mem"};

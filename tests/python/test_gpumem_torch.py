@@ -87,7 +87,8 @@ class InstallWithTorchDouble(unittest.TestCase):
             import torch, gpumem_torch
             gpumem_torch.install()
             raw = torch.cuda.memory._current.allocator()
-            assert set(raw.hooks) == {"init", "reset", "memory_fraction", "base_alloc", "record_stream"}, raw.hooks
+            assert set(raw.hooks) == {"init", "reset", "memory_fraction", "base_alloc", "record_stream",
+                                      "begin_allocate_to_pool", "end_allocate_to_pool", "release_pool"}, raw.hooks
             p = raw.malloc(1 << 20, 0, 0)           # what PyTorch does for a new tensor
             assert torch.cuda.memory_allocated(0) == 1 << 20, torch.cuda.memory_allocated(0)
             assert torch.cuda.max_memory_allocated() == 1 << 20
@@ -101,6 +102,31 @@ class InstallWithTorchDouble(unittest.TestCase):
             print("OK")
         """)
         self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("OK", r.stdout)
+
+    def test_pools_answer_what_cuda_graph_trees_ask(self):
+        r = run_python("""
+            import torch, gpumem_torch
+            gpumem_torch.install()
+            pool = torch.cuda.MemPool()                  # PyTorch's own refuses under a pluggable allocator
+            assert pool.use_count() == 1, pool.use_count()
+            assert torch._C._cuda_checkPoolLiveAllocations(0, pool.id, set())
+            state = torch._C._cuda_getCheckpointState(0, pool.id)
+            torch._C._cuda_setCheckpointPoolState(0, state, [], [])
+            assert not torch._C._cuda_checkPoolLiveAllocations(0, pool.id, {12345})
+            raw = torch.cuda.memory._current.allocator()
+            p = raw.malloc(4096, 0, 0)
+            torch._C._cuda_cudaCachingAllocator_raw_delete(p)   # not restored by gpumem: PyTorch's path
+            assert torch.cuda.memory_allocated(0) == 0
+            try:
+                torch.cuda.MemPool(allocator=object())
+            except gpumem_torch.GpumemError as e:
+                print("ERR", e)
+            del pool, state
+            print("OK")
+        """)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("ERR gpumem: MemPool(allocator=...)", r.stdout)
         self.assertIn("OK", r.stdout)
 
     def test_install_after_cuda_init_is_a_clear_error(self):
@@ -176,6 +202,144 @@ class GpumemRun(unittest.TestCase):
         self.assertIn("shim gpumem_torch", r.stdout)
 
 
+class TorchMemoryApi(unittest.TestCase):
+    """The torch.cuda / torch.accelerator / torch._C memory names PyTorch's pluggable allocator refuses."""
+
+    def test_refused_names_answer_from_gpumem(self):
+        r = run_python("""
+            import ctypes, torch, gpumem_torch
+            gpumem_torch.install()
+            raw = torch.cuda.memory._current.allocator()
+            torch.cuda._lazy_init()
+            assert torch.cuda.get_per_process_memory_fraction() == 1.0
+            set_fraction = ctypes.CFUNCTYPE(None, ctypes.c_double, ctypes.c_int)(raw.hooks["memory_fraction"])
+            set_fraction(0.3, 0)                    # torch.cuda.set_per_process_memory_fraction(0.3)
+            assert torch.cuda.memory.get_per_process_memory_fraction(0) == 0.3
+            gpumem_torch.set_limit(128 << 20, 0)    # a limit of 128 of 256 MiB reads back as a fraction
+            assert torch.cuda.get_per_process_memory_fraction(0) == 0.5
+            p = raw.malloc(3 << 20, 0, 0)
+            raw.free(p, 3 << 20, 0, 0)
+            nested = torch._C._cuda_memoryStats(0)
+            assert nested["allocated_bytes"]["all"]["allocated"] == 3 << 20, nested["allocated_bytes"]
+            assert torch.cuda.memory.memory_stats_as_nested_dict(0)["num_device_alloc"] >= 1
+            assert torch.accelerator.memory_stats(0)["allocated_bytes.all.freed"] == 3 << 20
+            torch.cuda.reset_accumulated_memory_stats(0)
+            flat = gpumem_torch.memory_stats(0)
+            assert flat["allocated_bytes.all.allocated"] == 0 and flat["allocated_bytes.all.freed"] == 0, flat
+            assert flat["reserved_bytes.all.current"] > 0   # current values stay
+            p = raw.malloc(1 << 20, 0, 0)
+            torch._C._accelerator_resetAccumulatedStats(0)
+            assert torch.accelerator.memory_stats(0)["allocated_bytes.all.allocated"] == 0
+            assert torch.accelerator.memory_allocated(0) == 1 << 20
+            raw.free(p, 1 << 20, 0, 0)
+            print("OK")
+        """)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("OK", r.stdout)
+
+    def test_out_of_memory_observer_sees_each_oom(self):
+        r = run_python("""
+            import torch, gpumem_torch
+            gpumem_torch.install()
+            seen = []
+            torch._C._cuda_attach_out_of_memory_observer(lambda *args: seen.append(args))
+            torch._C._cuda_attach_out_of_memory_observer(lambda *args: 1 / 0)  # a failing one is reported
+            held = gpumem_torch.allocate(2 << 20, device=0)
+            try:
+                gpumem_torch.allocate(1 << 50, device=0)
+            except gpumem_torch.OutOfMemoryError as e:
+                assert gpumem_torch.is_out_of_memory(e)
+            assert seen == [(0, 1 << 50, 2 << 20, seen[0][3])], seen
+            assert not gpumem_torch.is_out_of_memory(RuntimeError("CUDA error: an illegal memory access"))
+            assert gpumem_torch.is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate"))
+            print("OK", gpumem_torch.oom_marker())
+        """)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("OK gpumem: out of memory", r.stdout)
+        self.assertIn("ZeroDivisionError", r.stderr)
+
+    def test_cache_info_is_what_an_allocation_could_get(self):
+        held = gt.allocate(2 << 20, device=7)
+        gt.deallocate(gt.allocate(6 << 20, device=7), device=7)
+        free, total = gt.mem_get_info(7)
+        self.assertEqual(gt.cache_info(7), max(free, 6 << 20))
+        gt.set_limit(16 << 20, device=7)
+        self.assertGreaterEqual(gt.cache_info(7), 6 << 20)
+        self.assertLessEqual(gt.cache_info(7), 16 << 20)
+        gt.deallocate(held, device=7)
+
+    def test_uncaught_torch_out_of_memory_exits_3_and_other_errors_do_not(self):
+        for raised, code in (("torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB')", 3),
+                             ("RuntimeError('CUDA error: device-side assert triggered')", 1)):
+            with self.subTest(raised=raised):
+                r = subprocess.run([GpumemRun.GPUMEM, "run", "-q", "--backend", "host", "--", sys.executable, "-c",
+                                    f"import torch; raise {raised}"],
+                                   env=dict(os.environ, PYTHONPATH=FAKE_TORCH), capture_output=True, text=True,
+                                   timeout=60)
+                self.assertEqual(r.returncode, code, r.stderr)
+
+
+IPC_PROGRAM = """
+import ctypes, multiprocessing as mp, sys
+import gpumem_torch as gt
+
+MiB = 1 << 20
+
+
+def child(queue, done):
+    shared = queue.get()
+    opened = shared.open()
+    seen = ctypes.string_at(opened.address, 3 * MiB)
+    ctypes.memset(opened.address + MiB, 0x33, MiB)   # written here, read by the exporter
+    done.put((seen.count(b"\\x5a"), opened.nbytes, opened.address))
+    queue.get()                                        # hold the memory until told to let go
+    opened.close()
+    done.put("closed")
+
+
+if __name__ == "__main__":
+    ctx = mp.get_context(sys.argv[1])
+    gt.set_limit(4 * MiB, 0)                           # two 2 MiB chunks, then one block across both
+    a, b = gt.allocate(2 * MiB, 0), gt.allocate(2 * MiB, 0)
+    gt.deallocate(a, 0), gt.deallocate(b, 0)
+    p = gt.allocate(3 * MiB, 0)
+    ctypes.memset(p, 0x5a, 3 * MiB)
+    queue, done = ctx.Queue(), ctx.Queue()
+    proc = ctx.Process(target=child, args=(queue, done))
+    proc.start()
+    shared = gt.SharedAllocation(p, 0, owner="the storage")
+    assert len(shared._description["pieces"]) >= 2, shared._description
+    queue.put(shared)
+    count, nbytes, address = done.get(timeout=60)
+    assert count == 3 * MiB and nbytes >= 3 * MiB and address != p, (count, nbytes)
+    assert ctypes.string_at(p + MiB, MiB) == b"\\x33" * MiB
+    gt._collect_exported()
+    assert [owner for _, owner in gt._exported] == ["the storage"], gt._exported   # receiver still holds it
+    queue.put("let go")
+    assert done.get(timeout=60) == "closed"
+    proc.join(60)
+    assert proc.exitcode == 0, proc.exitcode
+    gt._collect_exported()
+    assert gt._exported == [], gt._exported
+    print("OK")
+"""
+
+
+class SharingBetweenProcesses(unittest.TestCase):
+    """CUDA IPC's shim layer on the host backend: a stitched allocation pickled through multiprocessing
+    (descriptors as DupFd), opened, read and written by a spawned process; the exporter's keep-alive."""
+
+    def test_spawned_process_reads_and_writes_a_stitched_allocation(self):
+        with tempfile.TemporaryDirectory() as d:
+            prog = os.path.join(d, "ipc.py")
+            with open(prog, "w") as f:
+                f.write(IPC_PROGRAM)
+            env = dict(os.environ, PYTHONPATH=BUILD)
+            r = subprocess.run([sys.executable, prog, "spawn"], env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("OK", r.stdout)
+
+
 def _real_torch_cuda():
     try:
         import importlib.util
@@ -203,6 +367,89 @@ class RealTorch(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("OK cuda", r.stdout)
 
+    def test_out_of_memory_is_torchs_own_type_and_the_program_goes_on(self):
+        r = run_python("""
+            import torch, gpumem_torch
+            gpumem_torch.install()
+            seen = []
+            torch._C._cuda_attach_out_of_memory_observer(lambda *a: seen.append(a))
+            a = torch.ones(1 << 20, device="cuda")
+            assert gpumem_torch._load().gpumem_torch_oom_available() == 1
+            total = torch.cuda.get_device_properties(0).total_memory
+            torch.cuda.set_per_process_memory_fraction(0.25)
+            for size in (1 << 50, total + (1 << 30), int(total * 0.3)):   # absurd, device, limit
+                try:
+                    torch.empty(size, dtype=torch.uint8, device="cuda")
+                    raise SystemExit(f"no OOM for {size}")
+                except torch.cuda.OutOfMemoryError as e:
+                    assert isinstance(e, torch.OutOfMemoryError) and "out of memory" in str(e), repr(e)
+            assert len(seen) == 3, seen
+            assert (a * 2).sum().item() == 2 * (1 << 20)
+            torch.backends.cudnn.benchmark = True          # cacheInfo through gpumem
+            conv = torch.nn.Conv2d(16, 32, 3).cuda()
+            conv(torch.randn(8, 16, 32, 32, device="cuda")).sum().backward()
+            assert gpumem_torch._load().gpumem_torch_enable_cache_info() == 1
+            print("OK")
+        """, {"GPUMEM_BACKEND": "cuda"}, fake_torch=False)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("OK", r.stdout)
+
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ControlFromOutside(unittest.TestCase):
+    """`gpumem stats/stop` on a PyTorch-shaped program (fake torch + the shim), from another process."""
+    GPUMEM = os.path.join(BUILD, "gpumem")
+    PROGRAM = """
+        import sys, time, torch, gpumem_torch
+        gpumem_torch.install()
+        raw = torch.cuda.memory._current.allocator()
+        keep = raw.malloc(3 << 20, 0, 0)
+        stopped = []
+        if sys.argv[1] == "handler":
+            gpumem_torch.on_stop(lambda: stopped.append("handler"))
+        print("ready", torch.cuda.memory_allocated(0), flush=True)
+        try:
+            while not stopped:
+                raw.free(raw.malloc(1 << 20, 0, 0), 1 << 20, 0, 0)
+                time.sleep(0.005)
+        except KeyboardInterrupt:
+            stopped.append("KeyboardInterrupt")
+        print("stopped by", stopped[0], flush=True)
+    """
+
+    def start(self, mode, control_dir):
+        env = dict(os.environ, GPUMEM_CONTROL_DIR=control_dir,
+                   PYTHONPATH=os.pathsep.join([FAKE_TORCH, BUILD]))
+        proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(self.PROGRAM), mode], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ready = proc.stdout.readline().split()
+        self.assertEqual(ready[:1], ["ready"], proc.stderr.read() if not ready else ready)
+        return proc, int(ready[1])
+
+    def gpumem(self, control_dir, *args):
+        return subprocess.run([self.GPUMEM, *args], env=dict(os.environ, GPUMEM_CONTROL_DIR=control_dir),
+                              capture_output=True, text=True, timeout=60)
+
+    def test_stats_then_stop_through_the_handler(self):
+        with tempfile.TemporaryDirectory() as d:
+            proc, allocated = self.start("handler", d)
+            stats = self.gpumem(d, "stats", "--json", str(proc.pid))
+            self.assertEqual(stats.returncode, 0, stats.stderr)
+            self.assertGreaterEqual(json.loads(stats.stdout)[0]["devices"][0]["allocated_bytes"], allocated)
+            stop = self.gpumem(d, "stop", "--json", "--timeout", "20", str(proc.pid))
+            self.assertEqual(stop.returncode, 0, stop.stdout + stop.stderr)
+            self.assertEqual(json.loads(stop.stdout)["outcome"], "stopped")
+            out, err = proc.communicate(timeout=20)
+            self.assertIn("stopped by handler", out, err)
+            self.assertEqual(proc.returncode, 0)
+
+    def test_stop_raises_keyboard_interrupt_without_a_handler(self):
+        with tempfile.TemporaryDirectory() as d:
+            proc, _ = self.start("none", d)
+            stop = self.gpumem(d, "stop", "--timeout", "20", str(proc.pid))
+            self.assertEqual(stop.returncode, 0, stop.stdout + stop.stderr)
+            out, err = proc.communicate(timeout=20)
+            self.assertIn("stopped by KeyboardInterrupt", out, err)

@@ -20,6 +20,9 @@ def current_device():
     return 0
 
 
+from torch import OutOfMemoryError  # noqa: E402,F401
 from . import memory  # noqa: E402
 from .memory import memory_allocated, max_memory_allocated, memory_reserved, max_memory_reserved  # noqa: E402,F401
 from .memory import reset_peak_memory_stats, memory_stats, memory_summary  # noqa: E402,F401
+from .memory import MemPool  # noqa: E402,F401
+from .memory import get_per_process_memory_fraction, reset_accumulated_memory_stats  # noqa: E402,F401

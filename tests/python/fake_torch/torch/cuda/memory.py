@@ -21,6 +21,19 @@ memory_allocated = max_memory_allocated = memory_reserved = max_memory_reserved 
 reset_peak_memory_stats = memory_stats = memory_summary = _native_only
 
 
+# As in PyTorch, these reach torch._C at call time (so patching torch._C reaches them).
+def get_per_process_memory_fraction(device=None):
+    return torch._C._cuda_getMemoryFraction(0 if device is None else device)
+
+
+def reset_accumulated_memory_stats(device=None):
+    return torch._C._cuda_resetAccumulatedMemoryStats(0 if device is None else device)
+
+
+def memory_stats_as_nested_dict(device=None):
+    return torch._C._cuda_memoryStats(0 if device is None else device)
+
+
 class _RawAllocator:
     def __init__(self, malloc_ptr, free_ptr):
         self.malloc_ptr, self.free_ptr, self.hooks = malloc_ptr, free_ptr, {}
@@ -39,6 +52,17 @@ class _RawAllocator:
 
     def set_record_stream_fn(self, ptr):
         self.hooks["record_stream"] = ptr
+
+    # The CUDA graph pool hooks (PyTorch 2.3+); their C++ signatures cannot be called from ctypes, so the
+    # double only keeps them (tests/api/pool_hooks_test.cpp calls them with PyTorch's types).
+    def set_begin_allocate_to_pool(self, ptr):
+        self.hooks["begin_allocate_to_pool"] = ptr
+
+    def set_end_allocate_to_pool_fn(self, ptr):
+        self.hooks["end_allocate_to_pool"] = ptr
+
+    def set_release_pool(self, ptr):
+        self.hooks["release_pool"] = ptr
 
     # What PyTorch's C++ side does with the pointers, callable from tests.
     def malloc(self, size, device, stream):
@@ -62,6 +86,11 @@ class CUDAPluggableAllocator:
 
     def allocator(self):
         return self._allocator
+
+
+class MemPool:
+    def __init__(self, *args, **kwargs):
+        raise RuntimeError("CUDAPluggableAllocator does not yet support createOrIncrefPool")
 
 
 def change_current_allocator(allocator):

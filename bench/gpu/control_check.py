@@ -1,0 +1,118 @@
+"""GPU proof of the control channel (issue 9), run by scripts/gpu-check.sh: gpumem clear / limit / stop on
+PyTorch processes under `gpumem run`, and cooperative release between two of them. Prints PASS/FAIL lines
+and the latency of each command; exit 1 when any check fails. Usage: control_check.py GPUMEM_BINARY"""
+import json
+import queue
+import subprocess
+import sys
+import threading
+import time
+
+GPUMEM = sys.argv[1]
+WORKER = "bench/gpu/control_worker.py"
+fails = []
+
+
+def check(name, ok, detail=""):
+    print(("PASS " if ok else "FAIL ") + name + (": " + detail if detail else ""), flush=True)
+    if not ok:
+        fails.append(name)
+
+
+class Worker:
+    def __init__(self, *args):
+        self.proc = subprocess.Popen([GPUMEM, "run", "-q", "--", sys.executable, WORKER, *map(str, args)],
+                                     stdout=subprocess.PIPE, text=True)
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            print("   worker:", line.rstrip(), flush=True)
+            self.lines.put(line.split())
+
+    def expect(self, first, timeout=60):
+        end = time.time() + timeout
+        while time.time() < end:
+            try:
+                words = self.lines.get(timeout=max(0.01, end - time.time()))
+            except queue.Empty:
+                break
+            if words[:len(first)] == first:
+                return words
+        return None
+
+
+def gpumem(*args):
+    t = time.perf_counter()
+    r = subprocess.run([GPUMEM, *map(str, args), "--json"], capture_output=True, text=True, timeout=120)
+    ms = (time.perf_counter() - t) * 1e3
+    print(f"   $ gpumem {' '.join(map(str, args))} --json -> exit {r.returncode}, {ms:.1f} ms", flush=True)
+    return r.returncode, (json.loads(r.stdout) if r.stdout.strip() else None), ms
+
+
+def smi_used_mib(pid):
+    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        p, used = [s.strip() for s in line.split(",")]
+        if int(p) == pid:
+            return int(used)
+    return None
+
+
+total_mib = int(subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", "0"],
+                               capture_output=True, text=True).stdout.split()[0])
+latency = {}
+
+# 1 clear: a training process that caches 8 GiB gives it back as nvidia-smi sees it.
+a = Worker("train", 8192, 4096)
+ready = a.expect(["ready"])
+check("training process ready", ready is not None)
+if ready:
+    pid = int(ready[1])
+    a.expect(["probe", "ok"], 30)
+    rc, stats, latency["stats"] = gpumem("stats", pid)
+    check("stats", rc == 0 and stats[0]["devices"][0]["reserved_bytes"] >= 8 << 30, json.dumps(stats)[:300])
+    before = smi_used_mib(pid)
+    rc, cleared, latency["clear"] = gpumem("clear", pid)
+    time.sleep(0.5)
+    after = smi_used_mib(pid)
+    released_mib = cleared[0]["released_bytes"] >> 20 if rc == 0 else 0
+    check("clear gives the cache back (nvidia-smi)", rc == 0 and released_mib >= 7 * 1024 and before - after >= 0.9 * released_mib,
+          f"released {released_mib} MiB, nvidia-smi {before} -> {after} MiB")
+    # 2 limit: below live + probe, the next probe fails in that process; removing it lets probes succeed again.
+    rc, s, _ = gpumem("stats", pid)
+    live = s[0]["devices"][0]["allocated_bytes"]
+    rc, lim, latency["limit"] = gpumem("limit", pid, live + (2048 << 20))
+    check("limit lowers the ceiling", rc == 0 and a.expect(["probe", "oom"], 30) is not None, json.dumps(lim))
+    rc, _, _ = gpumem("limit", pid, 0)
+    check("limit removed: probes succeed again", rc == 0 and a.expect(["probe", "ok"], 30) is not None)
+    rc, _, latency["reset"] = gpumem("reset", pid)
+    # 3 stop: the training loop ends through its on_stop handler, exit 0.
+    rc, st, latency["stop"] = gpumem("stop", pid, "--timeout", 30)
+    a.proc.wait(timeout=60)
+    check("stop ends the training loop gracefully", rc == 0 and st["outcome"] == "stopped" and a.proc.returncode == 0,
+          json.dumps(st))
+else:
+    a.proc.kill()
+
+# 4 cooperative release: B needs memory that A only caches.
+share = int(total_mib * 0.6)
+h = Worker("hold", share)
+if h.expect(["ready"]):
+    t = time.perf_counter()
+    n = Worker("need", share)
+    got = n.expect(["need"], 120)
+    ms = (time.perf_counter() - t) * 1e3
+    check("second process gets memory the first only cached", got is not None and got[1] == "ok",
+          f"{share} MiB each, {ms:.0f} ms including start-up")
+    n.proc.wait(timeout=60)
+else:
+    check("holding process ready", False)
+h.proc.terminate()
+h.proc.wait(timeout=60)
+
+print("latency_ms", json.dumps({k: round(v, 1) for k, v in latency.items()}), flush=True)
+print("control-check:", len(fails), "failure(s)", flush=True)
+sys.exit(1 if fails else 0)

@@ -1,0 +1,22 @@
+// One check for the memory caps users give (--limit / GPUMEM_LIMIT, --fraction / GPUMEM_FRACTION,
+// gpumem_set_limit / gpumem_set_fraction). "No limit" is spelled `none` (GPUMEM_LIMIT=none,
+// --limit none) or a limit of 0 through the C++/C API; a cap below one page (2 MiB, the CUDA backend's
+// smallest) is an error, never rounded to "no limit". Every function throws std::invalid_argument with
+// one sentence.
+#pragma once
+#include <cstdint>
+#include <string_view>
+
+namespace gpumem {
+
+inline constexpr std::uint64_t kMinLimitBytes = std::uint64_t(2) << 20;
+// Below this a fraction is less than a page on every GPU worth capping; the allocator checks the exact
+// page against the device's real size.
+inline constexpr double kMinFraction = 1e-4;
+
+// A size (parse_size) or "none" (returns 0). 0 itself and anything below kMinLimitBytes are refused.
+std::uint64_t parse_limit(std::string_view text);
+// A plain decimal number in [kMinFraction, 1].
+double parse_fraction(std::string_view text);
+
+}  // namespace gpumem

@@ -1,0 +1,105 @@
+// gpumem exporter: Prometheus /metrics (dcgm-exporter's names, plus per-process, ghost and gpumem
+// allocator series) over samples taken in the background. --once prints one scrape and exits.
+#include <pthread.h>
+
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "cli/command.hpp"
+#include "cli/monitor_cli.hpp"
+#include "exporter/server.hpp"
+#include "exporter/snapshot_json.hpp"
+#include "monitor/procfs.hpp"
+
+namespace gpumem::cli {
+namespace {
+
+struct ExporterOptions {
+  std::string listen = "127.0.0.1:9400", interval = "1";
+  bool once = false, json = false, openmetrics = false;
+};
+
+int print_once(const ExporterOptions& o, const exporter::Sampler::CollectFn& collect) {
+  exporter::Snapshot s = collect();
+  std::string text;
+  if (o.json) {
+    text = exporter::snapshot_json(s).dump(2) + "\n";
+  } else {
+    exporter::ExporterCounters c;
+    c.samples = 1;
+    c.nvml_errors = s.health.nvml_errors;
+    c.now_unix = s.health.taken_at_unix;
+    text = exporter::render_metrics(s, c, o.openmetrics ? exporter::Format::kOpenMetrics : exporter::Format::kPrometheusText);
+  }
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  if (!s.health.nvml_up) {
+    std::fprintf(stderr, "gpumem exporter: %s\n", s.health.nvml_error.c_str());
+    return kExitNoDevice;
+  }
+  return std::fflush(stdout) == 0 ? kExitOk : kExitFailure;
+}
+
+int run_exporter(const ExporterOptions& o) {
+  long interval_ms = parse_seconds_ms("--interval", o.interval);
+  exporter::ServerOptions server_options;
+  try {
+    server_options = exporter::parse_listen(o.listen);
+  } catch (const exporter::ServerError& e) {
+    throw monitor::UsageError(e.what());
+  }
+  exporter::CollectOptions collect_options;
+  collect_options.dev_dir = monitor::device_dir();
+  auto collect = exporter::nvml_collector(collect_options);
+  if (o.once) return print_once(o, collect);
+
+  // SIGINT/SIGTERM go to one waiting thread (blocked everywhere else, so worker threads never see them).
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);  // a scraper that hangs up mid-answer is not our death
+
+  exporter::Sampler sampler(collect, std::chrono::milliseconds(interval_ms));
+  exporter::MetricsServer server(sampler, server_options);
+  int port = 0;
+  try {
+    port = server.bind();
+  } catch (const exporter::ServerError& e) {
+    std::fprintf(stderr, "gpumem exporter: %s\n", e.what());
+    return kExitFailure;
+  }
+  sampler.start();
+  if (o.json) std::printf("{\"listen\": \"%s\", \"port\": %d, \"interval_s\": %g}\n", server_options.host.c_str(), port, interval_ms / 1000.0);
+  else std::fprintf(stderr, "gpumem exporter: serving http://%s:%d/metrics, sampling every %g s\n", server_options.host.c_str(), port, interval_ms / 1000.0);
+  std::fflush(stdout);
+
+  int stopped_by = 0;
+  std::thread waiter([&] {
+    sigwait(&stop_signals, &stopped_by);
+    server.stop();
+  });
+  server.serve();  // returns once stopped
+  if (!stopped_by) pthread_kill(waiter.native_handle(), SIGTERM);  // serve() failed on its own: wake the waiter
+  waiter.join();
+  sampler.stop();
+  return stopped_by == SIGINT ? kExitInterrupted : kExitOk;
+}
+
+}  // namespace
+
+GPUMEM_REGISTER_COMMAND(
+    exporter, "exporter", "Prometheus /metrics: dcgm-exporter's GPU metrics plus processes, ghosts and gpumem allocators", 60,
+    [](CLI::App& sub) -> CommandRunner {
+      auto o = std::make_shared<ExporterOptions>();
+      sub.add_option("--listen", o->listen, "HOST:PORT to serve on (default 127.0.0.1:9400; :9400 for every interface)");
+      sub.add_option("--interval", o->interval, "seconds between background samples (default 1)");
+      sub.add_flag("--once", o->once, "print one sample's /metrics to stdout and exit (no server)");
+      sub.add_flag("--openmetrics", o->openmetrics, "with --once: OpenMetrics instead of the Prometheus text format");
+      sub.add_flag("--json", o->json, "with --once: the sample as JSON; serving: print the bound address as one JSON line");
+      return [o] { return run_monitor_command("exporter", [&] { return run_exporter(*o); }); };
+    });
+
+}  // namespace gpumem::cli

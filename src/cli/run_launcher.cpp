@@ -1,0 +1,167 @@
+#include "cli/run_launcher.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace gpumem::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kRelayed[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+volatile sig_atomic_t g_child = 0;
+
+extern "C" void relay_signal(int sig, siginfo_t* info, void*) {
+  const pid_t child = g_child;
+  if (child <= 0) return;
+  // SI_KERNEL: the terminal sent it to the foreground process group, which holds the child too.
+  if (info->si_code == SI_KERNEL) return;
+  if (info->si_code == SI_USER && info->si_pid == child) return;
+  kill(child, sig);
+}
+
+std::string errno_sentence(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+// In the forked child, before exec: the state a program expects to start in.
+void reset_child_signals() {
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);  // fails harmlessly for glibc's own
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
+}  // namespace
+
+ScratchDir::ScratchDir(const std::string& prefix) {
+  std::string tmpl = (fs::temp_directory_path() / (prefix + "XXXXXX")).string();
+  if (!mkdtemp(tmpl.data())) throw Error(errno_sentence("cannot create a temporary directory"));
+  path_ = tmpl;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    const std::string why = errno_sentence("pipe");
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+    throw Error(why);
+  }
+  reaper_ = fork();
+  if (reaper_ == 0) {
+    // The reaper: out of the terminal's session (Ctrl-C and hangup do not reach it), holding no file of
+    // gpumem's but the pipe's read end, which reads EOF once gpumem is gone however it went.
+    setsid();
+    signal(SIGINT, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    signal(SIGQUIT, SIG_IGN);
+    dup2(fds[0], 0);
+    const int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    dup2(null, 2);
+    close_range(3, ~0U, 0);
+    char byte;
+    while (read(0, &byte, 1) != 0 && errno == EINTR) {
+    }
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+    _exit(0);
+  }
+  close(fds[0]);
+  reaper_pipe_ = fds[1];
+  if (reaper_ < 0) {
+    const std::string why = errno_sentence("fork");
+    close(reaper_pipe_);
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+    throw Error(why);
+  }
+}
+
+ScratchDir::~ScratchDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+  close(reaper_pipe_);
+  while (waitpid(reaper_, nullptr, 0) < 0 && errno == EINTR) {
+  }
+}
+
+pid_t launch(const std::vector<std::string>& command) {
+  // Relayed signals stay blocked until g_child names the child, so none is lost in between; the child
+  // unblocks them after resetting the handlers it inherited.
+  sigset_t relayed, old_mask;
+  sigemptyset(&relayed);
+  for (int sig : kRelayed) sigaddset(&relayed, sig);
+  sigprocmask(SIG_BLOCK, &relayed, &old_mask);
+  struct sigaction relay {};
+  relay.sa_sigaction = relay_signal;
+  relay.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&relay.sa_mask);
+  for (int sig : kRelayed) sigaction(sig, &relay, nullptr);
+
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw LaunchError(errno_sentence("pipe"));
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    throw LaunchError(errno_sentence("fork"));
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(128 + SIGKILL);  // gpumem died before the line above took effect
+    reset_child_signals();
+    std::vector<char*> argv;
+    for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    const int err = errno;
+    [[maybe_unused]] ssize_t ignored = write(fds[1], &err, sizeof err);
+    _exit(127);
+  }
+  close(fds[1]);
+  g_child = pid;
+  sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  int err = 0;
+  ssize_t n;
+  while ((n = read(fds[0], &err, sizeof err)) < 0 && errno == EINTR) {
+  }
+  close(fds[0]);
+  if (n == ssize_t(sizeof err)) {
+    g_child = 0;
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    throw LaunchError("cannot run '" + command[0] + "': " + std::strerror(err));
+  }
+  return pid;
+}
+
+int wait_for_child(pid_t child) {
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0) {
+    if (errno != EINTR) {
+      status = 0;
+      break;
+    }
+  }
+  g_child = 0;
+  return status;
+}
+
+int exit_code_of(int wait_status) {
+  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
+  return WEXITSTATUS(wait_status);
+}
+
+}  // namespace gpumem::cli

@@ -1,0 +1,109 @@
+#include "cli/run_options.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+
+#include "api/env_config.hpp"
+#include "gpumem/limits.hpp"
+
+namespace gpumem::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kBackends[] = {"cuda", "cuda-plain", "host", "sim"};
+
+[[noreturn]] void usage(const std::string& sentence) { throw RunUsageError(sentence); }
+
+void check_backend(const std::string& where, const std::string& name) {
+  for (const char* b : kBackends) {
+    if (name == b) return;
+  }
+  usage(where + " '" + name + "' is not a backend (use cuda, cuda-plain, host or sim)");
+}
+
+void check_report_path(const std::string& path) {
+  const fs::path p(path);
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) usage("--report " + path + ": the directory " + dir.string() + " does not exist");
+  if (fs::is_directory(p, ec)) usage("--report " + path + " is a directory; give a file name");
+  if (::access(dir.c_str(), W_OK) != 0) usage("--report " + path + ": the directory " + dir.string() + " is not writable");
+}
+
+}  // namespace
+
+RunOptions parse_run_options(const std::vector<std::string>& words) {
+  RunOptions o;
+  const std::pair<const char*, std::string RunOptions::*> valued[] = {
+      {"--limit", &RunOptions::limit}, {"--fraction", &RunOptions::fraction},
+      {"--backend", &RunOptions::backend}, {"--report", &RunOptions::report}};
+  std::size_t i = 0;
+  for (; i < words.size(); ++i) {
+    const std::string& w = words[i];
+    if (w == "--") {
+      ++i;
+      break;
+    }
+    if (w.empty() || w[0] != '-') break;
+    if (w == "-q" || w == "--quiet") {
+      o.quiet = true;
+      continue;
+    }
+    bool known = false;
+    for (const auto& [name, field] : valued) {
+      const std::string n = name;
+      std::string value;
+      if (w == n) {
+        // "--" after an option is a forgotten value, not a value.
+        if (i + 1 >= words.size() || words[i + 1] == "--") usage(n + " needs a value");
+        value = words[++i];
+      } else if (w.rfind(n + "=", 0) == 0) {
+        value = w.substr(n.size() + 1);
+      } else {
+        continue;
+      }
+      if (value.empty()) usage(n + " needs a value, not an empty string");
+      if (!(o.*field).empty()) usage(n + " is given twice");
+      o.*field = value;
+      known = true;
+      break;
+    }
+    if (!known) usage("unknown option '" + w + "' (run's options are --limit, --fraction, --backend, --report, --quiet; the program follows '--')");
+  }
+  o.command.assign(words.begin() + std::ptrdiff_t(std::min(i, words.size())), words.end());
+  if (o.command.empty()) usage("no command given (usage: gpumem run [--limit SIZE | --fraction F] -- python train.py)");
+  if (!o.limit.empty() && !o.fraction.empty()) usage("--limit and --fraction exclude each other");
+  try {
+    if (!o.limit.empty()) parse_limit(o.limit);
+    if (!o.fraction.empty()) parse_fraction(o.fraction);
+  } catch (const std::invalid_argument& e) {
+    usage(std::string(o.limit.empty() ? "--fraction: " : "--limit: ") + e.what());
+  }
+  if (!o.backend.empty()) check_backend("--backend", o.backend);
+  if (!o.report.empty()) check_report_path(o.report);
+  return o;
+}
+
+void check_run_environment() {
+  try {
+    api::env_limit();
+    api::env_fraction("GPUMEM_FRACTION");
+    api::env_size("GPUMEM_HOST_CAPACITY");
+    api::env_size("GPUMEM_SIM_CAPACITY");
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    if (what.rfind("gpumem: ", 0) == 0) what.erase(0, 8);
+    usage(what);
+  }
+  check_backend("GPUMEM_BACKEND", api::env_backend());
+  if (const char* lib = std::getenv("GPUMEM_LIBRARY"); lib && *lib) {
+    std::error_code ec;
+    if (!fs::is_regular_file(lib, ec)) usage(std::string("GPUMEM_LIBRARY=") + lib + " is not a file (unset it to use the libgpumem.so beside gpumem)");
+  }
+}
+
+}  // namespace gpumem::cli

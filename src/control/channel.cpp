@@ -1,0 +1,167 @@
+// Socket directory rules, peer credentials and deadline-bound framed I/O (see channel.hpp).
+#include "control/channel.hpp"
+
+#include <dirent.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "control/protocol.hpp"
+
+namespace gpumem::control {
+namespace {
+
+bool is_private_dir_of(const std::string& dir, uid_t uid) {
+  struct stat st {};
+  if (lstat(dir.c_str(), &st) != 0) return false;
+  return S_ISDIR(st.st_mode) && st.st_uid == uid && (st.st_mode & 077) == 0;
+}
+
+int remaining_ms(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left <= 0 ? 0 : int(left);
+}
+
+// Waits until fd is ready for `events`; false on timeout or error.
+bool wait_ready(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    int rc = poll(&p, 1, remaining_ms(deadline));
+    if (rc > 0) return true;
+    if (rc == 0) return false;
+    if (errno != EINTR) return false;
+  }
+}
+
+}  // namespace
+
+std::string socket_dir_for(uid_t uid) {
+  if (const char* dir = std::getenv("GPUMEM_CONTROL_DIR"); dir && *dir) return dir;
+  if (uid == getuid()) {
+    if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg && *xdg && is_private_dir_of(xdg, uid))
+      return std::string(xdg) + "/gpumem";
+  }
+  return "/tmp/gpumem-" + std::to_string(uid);
+}
+
+std::optional<std::string> ensure_own_socket_dir(std::string& error) {
+  std::string dir = socket_dir_for(getuid());
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    error = "cannot create " + dir + ": " + std::strerror(errno);
+    return std::nullopt;
+  }
+  if (!is_private_dir_of(dir, getuid())) {
+    error = dir + " is not a directory owned by this user with mode 0700; the control channel stays off";
+    return std::nullopt;
+  }
+  return dir;
+}
+
+std::vector<std::string> candidate_socket_dirs(bool every_user) {
+  std::vector<std::string> dirs{socket_dir_for(getuid())};
+  if (!every_user || std::getenv("GPUMEM_CONTROL_DIR")) return dirs;
+  auto add = [&](const std::string& d) {
+    for (const auto& seen : dirs)
+      if (seen == d) return;
+    dirs.push_back(d);
+  };
+  if (DIR* tmp = opendir("/tmp")) {
+    while (dirent* e = readdir(tmp))
+      if (std::strncmp(e->d_name, "gpumem-", 7) == 0 && e->d_name[7] &&
+          std::strspn(e->d_name + 7, "0123456789") == std::strlen(e->d_name + 7))
+        add(std::string("/tmp/") + e->d_name);
+    closedir(tmp);
+  }
+  if (DIR* run = opendir("/run/user")) {
+    while (dirent* e = readdir(run))
+      if (e->d_name[0] != '.') add(std::string("/run/user/") + e->d_name + "/gpumem");
+    closedir(run);
+  }
+  return dirs;
+}
+
+std::string socket_path(const std::string& dir, int pid) { return dir + "/" + std::to_string(pid) + ".sock"; }
+
+bool peer_allowed(uid_t peer, uid_t self) { return peer == self || peer == 0; }
+
+std::optional<PeerCred> peer_cred(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return std::nullopt;
+  return PeerCred{int(cred.pid), cred.uid};
+}
+
+bool process_alive(int pid) {
+  if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM)) return false;
+  // A zombie has ended; only its parent has not collected it yet.
+  std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  char buf[512] = {};
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) return true;
+  std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  const char* paren = std::strrchr(buf, ')');
+  return !(n > 0 && paren && paren[1] == ' ' && paren[2] == 'Z');
+}
+
+bool send_frame(int fd, const std::string& body, Clock::time_point deadline, std::string& error) {
+  std::string data = frame(body);
+  std::size_t sent = 0;
+  while (sent < data.size()) {
+    if (!wait_ready(fd, POLLOUT, deadline)) {
+      error = "timed out sending";
+      return false;
+    }
+    ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      error = std::string("send failed: ") + std::strerror(errno);
+      return false;
+    }
+    sent += std::size_t(n);
+  }
+  return true;
+}
+
+bool recv_frame(int fd, std::string& body, std::size_t max_bytes, Clock::time_point deadline, std::string& error) {
+  auto read_exact = [&](char* out, std::size_t want) {
+    std::size_t got = 0;
+    while (got < want) {
+      if (!wait_ready(fd, POLLIN, deadline)) {
+        error = "timed out waiting";
+        return false;
+      }
+      ssize_t n = ::recv(fd, out + got, want - got, MSG_DONTWAIT);
+      if (n == 0) {
+        error = "connection closed";
+        return false;
+      }
+      if (n < 0) {
+        if (errno == EINTR || errno == EAGAIN) continue;
+        error = std::string("receive failed: ") + std::strerror(errno);
+        return false;
+      }
+      got += std::size_t(n);
+    }
+    return true;
+  };
+  unsigned char header[4];
+  if (!read_exact(reinterpret_cast<char*>(header), 4)) return false;
+  std::uint32_t length = frame_length(header);
+  if (length > max_bytes) {
+    error = "message of " + std::to_string(length) + " bytes is over the " + std::to_string(max_bytes) +
+            "-byte limit";
+    return false;
+  }
+  body.assign(length, '\0');
+  return read_exact(body.data(), length);
+}
+
+}  // namespace gpumem::control

@@ -1,0 +1,152 @@
+#include "monitor/sampler.hpp"
+
+#include <map>
+
+namespace gpumem::monitor {
+namespace {
+
+template <class T>
+std::optional<T> opt(const nvml::Reading<T>& r) {
+  return r.value;
+}
+
+void read_processes(const nvml::Nvml& nvml, const GpuRef& ref, GpuSample& s) {
+  std::vector<ProcessSample> out;
+  std::map<unsigned, size_t> at;  // pid -> out index
+  for (bool graphics : {false, true}) {
+    auto list = graphics ? nvml.graphics_processes(ref.device) : nvml.compute_processes(ref.device);
+    if (!list) {
+      if (!graphics) {  // the compute list is the one that matters; without it there is no table
+        s.processes_error = nvml.error_string(list.status);
+        return;
+      }
+      continue;
+    }
+    for (const nvml::GpuProcess& p : *list) {
+      auto it = at.find(p.pid);
+      if (it != at.end()) {
+        (graphics ? out[it->second].graphics : out[it->second].compute) = true;
+        continue;
+      }
+      ProcessSample ps;
+      ps.gpu = ref.index;
+      ps.pid = p.pid;
+      ps.used_bytes = p.used_bytes;
+      (graphics ? ps.graphics : ps.compute) = true;
+      at[p.pid] = out.size();
+      out.push_back(ps);
+    }
+  }
+  s.processes = std::move(out);
+}
+
+}  // namespace
+
+GpuSample sample_gpu(const nvml::Nvml& nvml, const GpuRef& ref, bool processes) {
+  GpuSample s;
+  s.index = ref.index;
+  if (!ref.device) {
+    s.error = nvml.error_string(ref.status);
+    return s;
+  }
+  auto d = ref.device;
+  if (auto m = nvml.memory(d)) {
+    s.memory_total = m->total;
+    s.memory_used = m->used;
+    s.memory_free = m->free;
+    s.memory_reserved = m->reserved;
+  } else if (m.status == nvml::abi::kErrorGpuIsLost) {
+    s.error = nvml.error_string(m.status);  // every other call would say the same
+    return s;
+  }
+  if (auto u = nvml.utilization(d)) {
+    s.util_gpu = u->gpu;
+    s.util_memory = u->memory;
+  }
+  s.temperature = opt(nvml.temperature(d));
+  s.memory_temperature = opt(nvml.memory_temperature(d));
+  s.power_mw = opt(nvml.power_mw(d));
+  s.clock_graphics_mhz = opt(nvml.clock_mhz(d, nvml::abi::kClockGraphics));
+  s.clock_sm_mhz = opt(nvml.clock_mhz(d, nvml::abi::kClockSm));
+  s.clock_memory_mhz = opt(nvml.clock_mhz(d, nvml::abi::kClockMem));
+  s.fan_percent = opt(nvml.fan_percent(d));
+  s.pstate = opt(nvml.pstate(d));
+  if (s.pstate && *s.pstate == nvml::abi::kPstateUnknown) s.pstate.reset();
+  if (processes) read_processes(nvml, ref, s);
+  return s;
+}
+
+Sampler::Sampler(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Sampler::Sampler(const SamplerOptions& options) {
+  std::shared_ptr<const nvml::Nvml> nvml = nvml::Nvml::open();
+  *this = make_sampler(nvml, select_gpus(*nvml, options.ids), options);
+}
+Sampler::~Sampler() = default;
+Sampler::Sampler(Sampler&&) noexcept = default;
+Sampler& Sampler::operator=(Sampler&&) noexcept = default;
+
+Sampler make_sampler(std::shared_ptr<const nvml::Nvml> nvml, std::vector<GpuRef> gpus, const SamplerOptions& options) {
+  auto impl = std::make_unique<Sampler::Impl>();
+  impl->nvml = std::move(nvml);
+  impl->gpus = std::move(gpus);
+  impl->options = options;
+  impl->identity.resize(impl->gpus.size());
+  impl->identity_read.assign(impl->gpus.size(), false);
+  impl->power_limit.resize(impl->gpus.size());
+  if (options.pcie) {
+    std::vector<nvml::abi::Device> devices;
+    for (const auto& g : impl->gpus) devices.push_back(g.device);
+    impl->pcie = std::make_unique<nvml::PcieSampler>(impl->nvml, devices);
+  }
+  return Sampler(std::move(impl));
+}
+
+std::vector<unsigned> Sampler::indices() const {
+  std::vector<unsigned> out;
+  for (const auto& g : impl_->gpus) out.push_back(g.index);
+  return out;
+}
+
+SampleSet Sampler::sample() {
+  Impl& m = *impl_;
+  const nvml::Nvml& nvml = *m.nvml;
+  SampleSet set;
+  set.taken_at = std::chrono::system_clock::now();
+  const auto start = std::chrono::steady_clock::now();
+  const bool read_limit = start - m.limit_read_at >= std::chrono::seconds(1);
+  if (read_limit) m.limit_read_at = start;
+  for (size_t i = 0; i < m.gpus.size(); ++i) {
+    const GpuRef& ref = m.gpus[i];
+    GpuSample s = sample_gpu(nvml, ref, m.options.processes);
+    GpuSample& id = m.identity[i];
+    if (s.error.empty() && !m.identity_read[i]) {  // identity and maxima cannot change: read them once
+      id.name = opt(nvml.name(ref.device));
+      id.uuid = opt(nvml.uuid(ref.device));
+      id.bus_id = opt(nvml.pci_bus_id(ref.device));
+      id.minor = opt(nvml.minor_number(ref.device));
+      id.max_clock_graphics_mhz = opt(nvml.max_clock_mhz(ref.device, nvml::abi::kClockGraphics));
+      id.max_clock_sm_mhz = opt(nvml.max_clock_mhz(ref.device, nvml::abi::kClockSm));
+      id.max_clock_memory_mhz = opt(nvml.max_clock_mhz(ref.device, nvml::abi::kClockMem));
+      m.identity_read[i] = id.name.has_value();
+    }
+    s.name = id.name;
+    s.uuid = id.uuid;
+    s.bus_id = id.bus_id;
+    s.minor = id.minor;
+    s.max_clock_graphics_mhz = id.max_clock_graphics_mhz;
+    s.max_clock_sm_mhz = id.max_clock_sm_mhz;
+    s.max_clock_memory_mhz = id.max_clock_memory_mhz;
+    if (s.error.empty() && read_limit) m.power_limit[i] = opt(nvml.power_limit_mw(ref.device));
+    if (s.error.empty()) s.power_limit_mw = m.power_limit[i];
+    if (m.pcie) {
+      nvml::PcieRate r = m.pcie->latest(i);
+      s.pcie_rx_kbps = r.rx_kbps;
+      s.pcie_tx_kbps = r.tx_kbps;
+    }
+    set.gpus.push_back(std::move(s));
+  }
+  set.took = std::chrono::steady_clock::now() - start;
+  return set;
+}
+
+}  // namespace gpumem::monitor

@@ -1,0 +1,30 @@
+// Building a Sampler over an NVML the caller already opened (the CLI selects GPUs itself; the tests
+// point it at the NVML test double). See include/gpumem/monitor.hpp for the contract.
+#pragma once
+#include <gpumem/monitor.hpp>
+
+#include <memory>
+#include <vector>
+
+#include "monitor/common.hpp"
+#include "nvml/pcie_sampler.hpp"
+
+namespace gpumem::monitor {
+
+struct Sampler::Impl {
+  std::shared_ptr<const nvml::Nvml> nvml;
+  std::vector<GpuRef> gpus;
+  SamplerOptions options;
+  std::unique_ptr<nvml::PcieSampler> pcie;
+  std::vector<GpuSample> identity;  // per GPU: name/uuid/bus/max clocks read once
+  std::vector<bool> identity_read;
+  std::chrono::steady_clock::time_point limit_read_at{};
+  std::vector<std::optional<unsigned>> power_limit;
+};
+
+Sampler make_sampler(std::shared_ptr<const nvml::Nvml> nvml, std::vector<GpuRef> gpus, const SamplerOptions& options);
+
+// Reads one GPU now (no caching): the building block of Sampler::sample().
+GpuSample sample_gpu(const nvml::Nvml& nvml, const GpuRef& ref, bool processes);
+
+}  // namespace gpumem::monitor

@@ -1,0 +1,179 @@
+// `gpumem run` as a user (and a careless or hostile one) drives it: options, environment, signals, what
+// is left behind. The built binary runs as a child process; the "program" is a shell command or cat.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "monitor/run_gpumem.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using gpumem::testing::run_gpumem;
+using gpumem::testing::slurp;
+
+class RunCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("gpumem_run_cli_" + std::to_string(getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Starts `gpumem args...` in its own session with TMPDIR in the test's directory; `ignore_and_block`
+  // makes gpumem start with SIGINT ignored and SIGTERM blocked, as under nohup or a careless parent.
+  pid_t start(const std::vector<std::string>& args, bool ignore_and_block = false) const {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      setsid();
+      setenv("TMPDIR", dir_.c_str(), 1);
+      if (ignore_and_block) {
+        signal(SIGINT, SIG_IGN);
+        sigset_t term;
+        sigemptyset(&term);
+        sigaddset(&term, SIGTERM);
+        sigprocmask(SIG_BLOCK, &term, nullptr);
+      }
+      std::vector<std::string> full = {gpumem::testing::gpumem_binary()};
+      full.insert(full.end(), args.begin(), args.end());
+      std::vector<char*> argv;
+      for (auto& a : full) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    return pid;
+  }
+  static int wait_exit(pid_t pid) {
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  }
+  std::vector<fs::path> scratch_dirs() const {
+    std::vector<fs::path> found;
+    for (const auto& e : fs::directory_iterator(dir_))
+      if (e.path().filename().string().rfind("gpumem-run-", 0) == 0) found.push_back(e.path());
+    return found;
+  }
+  std::string marker() const { return (dir_ / "ran").string(); }
+
+  fs::path dir_;
+};
+
+// The program a bad command line must never start: it leaves a marker file.
+std::vector<std::string> with_marker_program(std::vector<std::string> run_words, const std::string& marker) {
+  std::vector<std::string> args = {"run"};
+  args.insert(args.end(), run_words.begin(), run_words.end());
+  for (const char* w : {"--", "sh", "-c"}) args.push_back(w);
+  args.push_back("touch " + marker);
+  return args;
+}
+
+TEST_F(RunCli, UnknownOrMalformedOptionsAreUsageErrorsBeforeTheProgramRuns) {
+  const std::vector<std::vector<std::string>> bad = {
+      {"--limt=1GiB"}, {"--quite"}, {"-x"}, {"--limit"}, {"--limit", ""}, {"--limit="}, {"--limit", "lots"},
+      {"--limit", "0"}, {"--limit", "1KiB"}, {"--fraction", "1e-300"}, {"--fraction", "7"}, {"--fraction", "0.5x"},
+      {"--backend", "bogus"}, {"--limit", "1GiB", "--fraction", "0.5"}, {"--limit", "1GiB", "--limit", "2GiB"},
+      {"--report", (fs::path("/nonexistent-gpumem-dir") / "r.json").string()}, {"--report", "/"}};
+  for (const auto& words : bad) {
+    std::string shown;
+    for (const auto& w : words) shown += "[" + w + "] ";
+    const auto r = run_gpumem(with_marker_program(words, marker()), {});
+    EXPECT_EQ(r.status, 2) << shown << r.err;
+    EXPECT_FALSE(fs::exists(marker())) << shown << "ran the program";
+    EXPECT_EQ(r.err.rfind("gpumem run: ", 0), 0u) << shown << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << shown << r.err;
+  }
+  // `--report` followed by "--" is a missing value, never a file named "--".
+  const auto r = run_gpumem({"run", "--report", "--", "true"}, {});
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("--report needs a value"), std::string::npos) << r.err;
+}
+
+TEST_F(RunCli, BadGpumemVariablesAreRefusedBeforeTheProgramRuns) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"GPUMEM_LIMIT", "garbage"}, {"GPUMEM_LIMIT", "0"},        {"GPUMEM_LIMIT", "100"},
+      {"GPUMEM_FRACTION", "7"},    {"GPUMEM_FRACTION", "1e-300"}, {"GPUMEM_BACKEND", "bogus"},
+      {"GPUMEM_SIM_CAPACITY", "x"}, {"GPUMEM_LIBRARY", "/nonexistent/libgpumem.so"}};
+  for (const auto& [name, value] : bad) {
+    const auto r = run_gpumem(with_marker_program({}, marker()), {{name, value}});
+    EXPECT_EQ(r.status, 2) << name << "=" << value << ": " << r.err;
+    EXPECT_FALSE(fs::exists(marker())) << name << "=" << value;
+    EXPECT_NE(r.err.find(name), std::string::npos) << r.err;
+  }
+  // "none" is how no limit is spelled, and --limit overrides the environment.
+  EXPECT_EQ(run_gpumem(with_marker_program({"--limit", "none"}, marker()), {{"GPUMEM_LIMIT", "0"}}).status, 0);
+  EXPECT_TRUE(fs::exists(marker()));
+}
+
+TEST_F(RunCli, ExitStatusAndArgumentsPassThroughVerbatim) {
+  EXPECT_EQ(run_gpumem({"run", "-q", "--", "sh", "-c", "exit 7"}, {}).status, 7);
+  const auto r = run_gpumem({"run", "-q", "--", "sh", "-c", "echo \"$@\"", "sh", "--limit", "x", "--", "-q"}, {});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out, "--limit x -- -q\n");
+  EXPECT_EQ(run_gpumem({"run", "--", "/nonexistent/program"}, {}).status, 2);
+}
+
+TEST_F(RunCli, TheProgramStartsWithDefaultSignalDispositionsAndAnEmptyMask) {
+  const fs::path status = dir_ / "status";
+  const pid_t pid = start({"run", "-q", "--", "sh", "-c", "cat /proc/self/status > " + status.string()},
+                          /*ignore_and_block=*/true);
+  ASSERT_EQ(wait_exit(pid), 0);
+  const std::string text = slurp(status.string());
+  EXPECT_NE(text.find("SigIgn:\t0000000000000000"), std::string::npos) << text;
+  EXPECT_NE(text.find("SigBlk:\t0000000000000000"), std::string::npos) << text;
+}
+
+TEST_F(RunCli, InterruptStopsTheProgramAndGpumemExits130) {
+  using namespace std::chrono;
+  // To the whole process group (as a terminal's Ctrl-C), and to gpumem alone (relayed).
+  for (bool group : {true, false}) {
+    const auto t0 = steady_clock::now();
+    const pid_t pid = start({"run", "-q", "--", "sleep", "20"});
+    std::this_thread::sleep_for(milliseconds(400));
+    ASSERT_EQ(group ? killpg(pid, SIGINT) : kill(pid, SIGINT), 0);
+    EXPECT_EQ(wait_exit(pid), 130) << (group ? "group" : "gpumem alone");
+    EXPECT_LT(steady_clock::now() - t0, seconds(10)) << "the program ran to its end";
+  }
+  const pid_t pid = start({"run", "-q", "--", "sleep", "20"});
+  std::this_thread::sleep_for(milliseconds(400));
+  kill(pid, SIGTERM);
+  EXPECT_EQ(wait_exit(pid), 128 + SIGTERM);
+  EXPECT_TRUE(scratch_dirs().empty());
+}
+
+TEST_F(RunCli, KilledGpumemTakesTheProgramAndItsDirectoryWithIt) {
+  using namespace std::chrono;
+  for (int sig : {SIGKILL, SIGQUIT}) {
+    const pid_t pid = start({"run", "-q", "--", "sleep", "30"});
+    std::this_thread::sleep_for(milliseconds(400));
+    std::string children = slurp("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+    ASSERT_FALSE(children.empty());
+    EXPECT_EQ(scratch_dirs().size(), 1u);
+    kill(pid, sig);
+    wait_exit(pid);
+    const auto deadline = steady_clock::now() + seconds(5);
+    auto alive = [&] {
+      std::istringstream ids(children);
+      for (std::string id; ids >> id;) {
+        const std::string stat = slurp("/proc/" + id + "/stat");
+        if (!stat.empty() && stat.find(") Z") == std::string::npos) return true;
+      }
+      return false;
+    };
+    while ((alive() || !scratch_dirs().empty()) && steady_clock::now() < deadline)
+      std::this_thread::sleep_for(milliseconds(20));
+    EXPECT_FALSE(alive()) << "signal " << sig << ": the program outlived gpumem";
+    EXPECT_TRUE(scratch_dirs().empty()) << "signal " << sig << ": the temporary directory outlived gpumem";
+  }
+}
+
+}  // namespace

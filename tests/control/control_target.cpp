@@ -1,0 +1,60 @@
+// A program on gpumem's C ABI that tests control from outside. It reads commands on stdin, one per line,
+// and answers one line on stdout each:
+//   alloc BYTES   -> "ok" | "oom"        (keeps the block)
+//   free          -> "ok"                (frees the most recent block)
+//   stats         -> {"allocated":..,"reserved":..,"peak_allocated":..,"peak_reserved":..}
+//   fork          -> "ok" after a child that called exit() was reaped (it must not take our socket along)
+//   quit          -> exits 0
+// It prints "ready PID" first, after its first allocation started the control server.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gpumem/gpumem.h"
+
+int main() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  void* first = nullptr;
+  if (gpumem_allocate(512, 0, nullptr, &first) != GPUMEM_OK) {
+    std::printf("error %s\n", gpumem_last_error());
+    return 1;
+  }
+  gpumem_deallocate(first, 0, nullptr);
+  std::printf("ready %d\n", int(getpid()));
+  std::vector<void*> blocks;
+  char line[256];
+  while (std::fgets(line, sizeof line, stdin)) {
+    if (std::strncmp(line, "alloc ", 6) == 0) {
+      void* p = nullptr;
+      int rc = gpumem_allocate(std::strtoull(line + 6, nullptr, 10), 0, nullptr, &p);
+      if (rc == GPUMEM_OK) blocks.push_back(p);
+      std::printf("%s\n", rc == GPUMEM_OK ? "ok" : rc == GPUMEM_E_OOM ? "oom" : "error");
+    } else if (std::strncmp(line, "free", 4) == 0) {
+      if (!blocks.empty()) {
+        gpumem_deallocate(blocks.back(), 0, nullptr);
+        blocks.pop_back();
+      }
+      std::printf("ok\n");
+    } else if (std::strncmp(line, "stats", 5) == 0) {
+      std::printf("{\"allocated\":%zu,\"reserved\":%zu,\"peak_allocated\":%zu,\"peak_reserved\":%zu}\n",
+                  gpumem_memory_allocated(0), gpumem_memory_reserved(0), gpumem_max_memory_allocated(0),
+                  gpumem_max_memory_reserved(0));
+    } else if (std::strncmp(line, "fork", 4) == 0) {
+      std::fflush(stdout);
+      pid_t child = fork();
+      if (child == 0) std::exit(0);
+      waitpid(child, nullptr, 0);
+      std::printf("ok\n");
+    } else if (std::strncmp(line, "quit", 4) == 0) {
+      return 0;
+    } else {
+      std::printf("unknown\n");
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,284 @@
+// Real gpumem processes (tests/control/control_target.cpp, host backend, C ABI) controlled from outside
+// through the client library and the gpumem binary.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "control/client.hpp"
+#include "nvml/fake_nvml_env.hpp"
+
+namespace gpumem::control {
+namespace {
+
+constexpr std::int64_t MiB = 1 << 20;
+
+// A private socket directory for this test, so parallel tests and real processes do not mix.
+struct ControlDir {
+  std::string path;
+  ControlDir() {
+    char tmpl[] = "/tmp/gpumem-ctltest-XXXXXX";
+    path = mkdtemp(tmpl);
+    setenv("GPUMEM_CONTROL_DIR", path.c_str(), 1);
+  }
+  ~ControlDir() { std::system(("rm -rf " + path).c_str()); }
+};
+
+class Target {
+ public:
+  explicit Target(const std::vector<std::string>& env) {
+    int in[2], out[2];
+    if (pipe(in) != 0 || pipe(out) != 0) throw std::runtime_error("pipe");
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(in[0], 0);
+      dup2(out[1], 1);
+      close(in[1]);
+      close(out[0]);
+      setenv("GPUMEM_BACKEND", "host", 1);
+      for (const auto& kv : env) putenv(strdup(kv.c_str()));
+      execl(CONTROL_TARGET, CONTROL_TARGET, nullptr);
+      _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    to_ = fdopen(in[1], "w");
+    from_ = fdopen(out[0], "r");
+    std::string ready = line();
+    if (ready.rfind("ready ", 0) != 0) throw std::runtime_error("target said: " + ready);
+  }
+  ~Target() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (to_) fclose(to_);
+    if (from_) fclose(from_);
+  }
+  int pid() const { return pid_; }
+  std::string ask(const std::string& command) {
+    std::fprintf(to_, "%s\n", command.c_str());
+    std::fflush(to_);
+    return line();
+  }
+  nlohmann::json self_stats() { return nlohmann::json::parse(ask("stats")); }
+  int wait_exit() {
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+  }
+
+ private:
+  std::string line() {
+    char buf[512];
+    if (!std::fgets(buf, sizeof buf, from_)) return "<eof>";
+    std::string s(buf);
+    if (!s.empty() && s.back() == '\n') s.pop_back();
+    return s;
+  }
+  pid_t pid_ = -1;
+  FILE* to_ = nullptr;
+  FILE* from_ = nullptr;
+};
+
+// Runs a shell command; returns exit status and stdout.
+std::pair<int, std::string> shell(const std::string& command) {
+  std::string out;
+  FILE* p = popen(command.c_str(), "r");
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+const std::string kGpumem = std::string(GPUMEM_BINARY_DIR) + "/gpumem";
+
+TEST(ControlProcess, StatsMatchWhatTheProcessReports) {
+  ControlDir dir;
+  Target t({"GPUMEM_HOST_CAPACITY=256MiB"});
+  ASSERT_EQ(t.ask("alloc 5000000"), "ok");
+  ASSERT_EQ(t.ask("alloc 3000000"), "ok");
+  ASSERT_EQ(t.ask("free"), "ok");
+  nlohmann::json self = t.self_stats();
+  ProcessReport r = stats(t.pid());
+  ASSERT_EQ(r.devices.size(), 1u);
+  EXPECT_EQ(r.devices[0].backend, "host");
+  EXPECT_EQ(r.devices[0].allocated_bytes, self["allocated"].get<std::int64_t>());
+  EXPECT_EQ(r.devices[0].reserved_bytes, self["reserved"].get<std::int64_t>());
+  EXPECT_EQ(r.devices[0].allocated_peak_bytes, self["peak_allocated"].get<std::int64_t>());
+  EXPECT_EQ(r.devices[0].reserved_peak_bytes, self["peak_reserved"].get<std::int64_t>());
+  auto listed = list_processes();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].pid, t.pid());
+
+  auto [rc, out] = shell(kGpumem + " stats --json " + std::to_string(t.pid()));
+  ASSERT_EQ(rc, 0) << out;
+  auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j[0]["devices"][0]["allocated_bytes"], self["allocated"]);
+
+  reset_peaks(t.pid());
+  EXPECT_EQ(t.self_stats()["peak_allocated"], self["allocated"]);
+
+  ASSERT_EQ(t.ask("fork"), "ok");  // a forked child's exit() leaves the parent's socket alone
+  EXPECT_EQ(stats(t.pid()).devices.size(), 1u);
+}
+
+TEST(ControlProcess, ClearBringsReservedDownToLive) {
+  ControlDir dir;
+  Target t({"GPUMEM_HOST_CAPACITY=256MiB"});
+  ASSERT_EQ(t.ask("alloc 3145728"), "ok");   // 3 MiB live
+  ASSERT_EQ(t.ask("alloc 41943040"), "ok");  // 40 MiB, then freed: cached
+  ASSERT_EQ(t.ask("free"), "ok");
+  std::int64_t before = t.self_stats()["reserved"];
+  auto [rc, out] = shell(kGpumem + " clear --json " + std::to_string(t.pid()));
+  ASSERT_EQ(rc, 0) << out;
+  std::int64_t after = t.self_stats()["reserved"];
+  EXPECT_EQ(after, 4 * MiB);  // 3 MiB live, rounded to 2 MiB pages
+  EXPECT_EQ(nlohmann::json::parse(out)[0]["released_bytes"].get<std::int64_t>(), before - after);
+  EXPECT_EQ(t.self_stats()["allocated"], 3 * MiB);
+  auto [all_rc, all_out] = shell(kGpumem + " clear --all --json");
+  ASSERT_EQ(all_rc, 0) << all_out;
+  auto all = nlohmann::json::parse(all_out);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0]["pid"], t.pid());
+  EXPECT_EQ(all[0]["released_bytes"], 0);  // nothing cached any more
+}
+
+TEST(ControlProcess, LimitFailsTheNextOversizeAllocationOnly) {
+  ControlDir dir;
+  Target t({"GPUMEM_HOST_CAPACITY=256MiB"});
+  ASSERT_EQ(t.ask("alloc 8388608"), "ok");
+  ASSERT_EQ(t.ask("alloc 33554432"), "ok");
+  ASSERT_EQ(t.ask("free"), "ok");  // 8 MiB live, 40 MiB reserved
+  LimitAnswer a = limit_bytes(t.pid(), 0, 16 * MiB);
+  EXPECT_TRUE(a.fits);
+  EXPECT_EQ(a.limit_bytes, 16 * MiB);
+  EXPECT_EQ(a.reserved_bytes, 8 * MiB);  // the cache was released to fit
+  EXPECT_EQ(t.ask("alloc 12582912"), "oom");  // 8 + 12 > 16
+  EXPECT_EQ(t.ask("alloc 4194304"), "ok");    // 8 + 4 fits
+  LimitAnswer tight = limit_bytes(t.pid(), 0, 4 * MiB);
+  EXPECT_FALSE(tight.fits);
+  auto [rc, out] = shell(kGpumem + " limit " + std::to_string(t.pid()) + " 0");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(t.ask("alloc 12582912"), "ok");
+  auto [bad_rc, bad_out] = shell(kGpumem + " limit " + std::to_string(t.pid()) + " lots 2>&1");
+  EXPECT_EQ(bad_rc, 2) << bad_out;
+}
+
+TEST(ControlProcess, UnreachableProcessesGetOneSentence) {
+  ControlDir dir;
+  try {
+    stats(int(getpid()));
+    FAIL() << "no server in the test process";
+  } catch (const ControlError& e) {
+    EXPECT_EQ(e.kind(), FailureKind::not_gpumem);
+  }
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  waitpid(child, nullptr, 0);
+  try {
+    clear(child);
+    FAIL();
+  } catch (const ControlError& e) {
+    EXPECT_EQ(e.kind(), FailureKind::gone);
+  }
+  Target off({"GPUMEM_CONTROL=0"});
+  auto [rc, out] = shell(kGpumem + " stats " + std::to_string(off.pid()) + " 2>&1");
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("GPUMEM_CONTROL=0"), std::string::npos) << out;
+}
+
+TEST(ControlProcess, StaleSocketsAreRemovedNotTrusted) {
+  ControlDir dir;
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  waitpid(child, nullptr, 0);
+  std::string stale = dir.path + "/" + std::to_string(child) + ".sock";
+  close(open(stale.c_str(), O_CREAT | O_WRONLY, 0600));
+  EXPECT_TRUE(list_processes().empty());
+  EXPECT_NE(access(stale.c_str(), F_OK), 0);
+}
+
+TEST(ControlProcess, AnotherUserIsRefused) {
+  if (geteuid() != 0 || std::system("command -v setpriv >/dev/null") != 0) GTEST_SKIP() << "needs root and setpriv";
+  ControlDir dir;
+  Target t({"GPUMEM_HOST_CAPACITY=256MiB"});
+  std::string as_nobody = "setpriv --reuid=nobody --regid=nogroup --clear-groups env GPUMEM_CONTROL_DIR=" + dir.path +
+                          " " + kGpumem;
+  // The 0700 directory keeps nobody out.
+  auto [rc, out] = shell(as_nobody + " stats " + std::to_string(t.pid()) + " 2>&1");
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("another user"), std::string::npos) << out;
+  // Even with the directory and socket opened up, the server checks the caller's uid.
+  chmod(dir.path.c_str(), 0755);
+  chmod((dir.path + "/" + std::to_string(t.pid()) + ".sock").c_str(), 0666);
+  auto [rc2, out2] = shell(as_nobody + " clear " + std::to_string(t.pid()) + " 2>&1");
+  EXPECT_EQ(rc2, 1);
+  EXPECT_NE(out2.find("another user"), std::string::npos) << out2;
+  EXPECT_EQ(t.ask("alloc 1024"), "ok");  // the program goes on
+}
+
+TEST(ControlProcess, CooperativeReleaseAcrossProcessesOnOneDevice) {
+  ControlDir dir;
+  std::string shared = dir.path + "/device";
+  std::vector<std::string> env = {"GPUMEM_HOST_CAPACITY=64MiB", "GPUMEM_HOST_SHARED=" + shared};
+  Target a(env);
+  ASSERT_EQ(a.ask("alloc 8388608"), "ok");   // 8 MiB live in A
+  ASSERT_EQ(a.ask("alloc 41943040"), "ok");  // 40 MiB cached in A
+  ASSERT_EQ(a.ask("free"), "ok");
+  Target b(env);
+  EXPECT_EQ(b.ask("alloc 33554432"), "ok");  // 32 MiB: fits only once A gives its cache back
+  nlohmann::json sa = a.self_stats();
+  EXPECT_EQ(sa["allocated"], 8 * MiB);  // A's live memory untouched
+  EXPECT_EQ(sa["reserved"], 8 * MiB);
+  EXPECT_EQ(b.self_stats()["allocated"], 32 * MiB);
+  EXPECT_EQ(b.ask("alloc 33554432"), "oom");  // nothing cached left anywhere: a real OOM
+
+  Target c({"GPUMEM_HOST_CAPACITY=64MiB", "GPUMEM_HOST_SHARED=" + shared, "GPUMEM_COOPERATIVE=0"});
+  ASSERT_EQ(b.ask("free"), "ok");            // B caches 32 MiB now
+  EXPECT_EQ(c.ask("alloc 33554432"), "oom");  // C does not ask
+}
+
+TEST(ControlProcess, StopEndsAProgramWithoutAHandler) {
+  ControlDir dir;
+  Target t({"GPUMEM_HOST_CAPACITY=256MiB"});
+  auto [rc, out] = shell(kGpumem + " stop --json --timeout 5 " + std::to_string(t.pid()));
+  EXPECT_EQ(rc, 0) << out;
+  int status = t.wait_exit();
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT);
+}
+
+TEST(ControlProcess, PsAndInfoShowWhatNvmlChargesBeyondTheAllocator) {
+  ControlDir dir;
+  Target t({"GPUMEM_HOST_CAPACITY=256MiB"});
+  ASSERT_EQ(t.ask("alloc 10485760"), "ok");  // 10 MiB live, 10 MiB reserved (+2 MiB small pool cached)
+  std::int64_t reserved = t.self_stats()["reserved"];
+  std::string scenario = "gpu name=\"NVIDIA H100 80GB HBM3\" total_mib=81559 reserved_mib=512 used_mib=1500\n"
+                         "proc gpu=0 pid=" + std::to_string(t.pid()) + " used_mib=600\n";
+  std::string env = "GPUMEM_NVML_LIBRARY=" + gpumem::testing::fake_nvml_path() + " GPUMEM_FAKE_NVML_SCENARIO=" +
+                    gpumem::testing::write_scenario("control_ps", scenario) + " ";
+  for (const char* command : {"ps", "info"}) {
+    auto [rc, out] = shell("env " + env + kGpumem + " " + command + " --json");
+    ASSERT_EQ(rc, 0) << out;
+    auto rows = nlohmann::json::parse(out)["gpumem_allocators"];
+    ASSERT_EQ(rows.size(), 1u) << command;
+    EXPECT_EQ(rows[0]["pid"], t.pid());
+    EXPECT_EQ(rows[0]["allocated_bytes"], 10 * MiB);
+    EXPECT_EQ(rows[0]["reserved_bytes"], reserved);
+    EXPECT_EQ(rows[0]["beyond_reserved_bytes"].get<std::int64_t>(), 600 * MiB - reserved) << command;
+  }
+  auto [rc, text] = shell("env " + env + kGpumem + " ps");
+  EXPECT_NE(text.find("BEYOND RESERVED"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace gpumem::control

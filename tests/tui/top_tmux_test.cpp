@@ -1,0 +1,198 @@
+// `gpumem top` as a user sees it: run inside tmux against the NVML test double (several GPUs, real child
+// processes, a lost GPU, a GPU that stops answering), keys sent, screens captured and compared.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+
+#include "monitor/run_gpumem.hpp"
+#include "nvml/fake_nvml_env.hpp"
+#include "tui/tmux_session.hpp"
+
+using namespace gpumem::testing;
+
+namespace {
+
+pid_t spawn_sleeper() {
+  pid_t pid = fork();
+  if (pid == 0) {
+    execlp("sleep", "sleep", "600", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+bool reaped_within(pid_t pid, int ms) {
+  for (int waited = 0; waited < ms; waited += 20) {
+    int st = 0;
+    if (waitpid(pid, &st, WNOHANG) == pid) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+struct Fixture {
+  pid_t big = spawn_sleeper(), small = spawn_sleeper();
+  std::string scenario, pidfile;
+  ~Fixture() {
+    for (pid_t p : {big, small}) {
+      kill(p, SIGKILL);
+      waitpid(p, nullptr, 0);
+    }
+  }
+  // gpus: how many healthy GPUs before the lost one; extra: more scenario lines.
+  Fixture(const std::string& name, int gpus, const std::string& extra = "") {
+    std::string text = "driver 550.54.15\n";
+    for (int i = 0; i < gpus; ++i)
+      text += "gpu name=\"NVIDIA H100 80GB HBM3\" total_mib=81559 reserved_mib=512 used_mib=" +
+              std::to_string(20480 - i * 1000) + " util_gpu=" + std::to_string(97 - i) + " temp=61 power_mw=412345\n";
+    text += "gpu name=\"NVIDIA H100 80GB HBM3\" lost=1\n" + extra;
+    text += "proc gpu=0 pid=" + std::to_string(big) + " used_mib=12288\n";
+    text += "proc gpu=1 pid=" + std::to_string(small) + " used_mib=4096\n";
+    text += "proc gpu=0 pid=999999 used_mib=800\n";
+    scenario = write_scenario(name, text);
+    pidfile = scenario + ".pid";
+  }
+  // gpumem runs in an inner shell that execs it (its PID lands in `pidfile`); the outer one prints the
+  // exit status and stays, so the terminal's state after gpumem can be read.
+  std::string command(const std::string& args) const {
+    return "trap \"\" INT; sh -c \"echo \\$\\$ > " + pidfile + "; exec env GPUMEM_NVML_LIBRARY=" + fake_nvml_path() +
+           " GPUMEM_FAKE_NVML_SCENARIO=" + scenario + " GPUMEM_DEV_DIR=/nonexistent TERM=tmux-256color LANG=C.UTF-8 " +
+           gpumem_binary() + " top " + args + "\"; echo EXIT=$?; sleep 60";
+  }
+  pid_t top_pid() const {
+    std::ifstream f(pidfile);
+    pid_t p = 0;
+    f >> p;
+    return p;
+  }
+  // Screen with what changes between runs masked: clock, PIDs, user, process age.
+  std::string masked(std::string s) const {
+    s = std::regex_replace(s, std::regex(R"(\d+:\d\d:\d\d)"), "<T>");
+    s = std::regex_replace(s, std::regex(" +" + std::to_string(big) + "\\b"), " <BIG>");
+    s = std::regex_replace(s, std::regex(" +" + std::to_string(small) + "\\b"), " <SMALL>");
+    s = std::regex_replace(s, std::regex("\\b" + user_name() + " +"), "<USER> ");
+    s = std::regex_replace(s, std::regex(R"( +\n)"), "\n");
+    return s;
+  }
+  static std::string user_name() { return shell("id -un | tr -d '\\n'"); }
+};
+
+void expect_screen(const std::string& golden, const std::string& actual) {
+  std::string path = std::string(GPUMEM_SOURCE_DIR) + "/tests/tui/golden/" + golden;
+  if (const char* u = std::getenv("GPUMEM_UPDATE_GOLDEN"); u && std::string(u) == "1") {
+    std::ofstream(path) << actual;
+    return;
+  }
+  EXPECT_EQ(slurp(path), actual) << "screen differs from " << path;
+}
+
+}  // namespace
+
+TEST(TopTmux, Screen80x24WithLostGpuThenSortHelpAndQuitRestoresTerminal) {
+  Fixture f("top80", 2);
+  TmuxSession t("80", 80, 24, f.command("-d 30"));  // one sample: the screen is the same every run
+  ASSERT_TRUE(t.wait_for("GPU is lost")) << t.capture();
+  ASSERT_TRUE(t.wait_for("history")) << t.capture();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::string screen = t.capture();
+  for (const auto& line : std::vector<std::string>{"GPU-MEM", "ALLOC", "[gone:"}) EXPECT_NE(screen.find(line), std::string::npos) << screen;
+  expect_screen("top_80x24.txt", f.masked(screen));
+  t.keys("P");  // sort by pid: the ghost (999999) goes last
+  ASSERT_TRUE(t.wait_for("sort:pid")) << t.capture();
+  screen = t.capture();
+  EXPECT_LT(screen.find(std::to_string(std::min(f.big, f.small))), screen.find("999999"));
+  t.keys("h");
+  ASSERT_TRUE(t.wait_for("gpumem top keys")) << t.capture();
+  t.keys("x");
+  ASSERT_TRUE(t.wait_for("q quit")) << t.capture();
+  t.keys("q");
+  EXPECT_EQ(t.wait_exit(), 0);
+  EXPECT_TRUE(t.terminal_restored());
+}
+
+TEST(TopTmux, EightGpusAt200x50) {
+  Fixture f("top200", 7);
+  TmuxSession t("200", 200, 50, f.command("-d 30"));
+  ASSERT_TRUE(t.wait_for("history")) << t.capture();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::string screen = t.capture();
+  EXPECT_NE(screen.find("8 GPUs"), std::string::npos) << screen;
+  EXPECT_NE(screen.find("CONTAINER"), std::string::npos) << screen;  // the wide screen shows every column
+  // HOST (resident memory of `sleep`) differs between machines.
+  screen = std::regex_replace(screen, std::regex(R"( [0-9.]+[BKMG]( +\d+:\d\d:\d\d))"), " <HOST>$1");
+  expect_screen("top_200x50.txt", f.masked(screen));
+  t.keys("C-c");
+  EXPECT_EQ(t.wait_exit(), 130);
+  EXPECT_TRUE(t.terminal_restored());
+}
+
+TEST(TopTmux, KillKeyConfirmsThenStopsTheRealProcess) {
+  Fixture f("topkill", 2);
+  TmuxSession t("kill", 100, 30, f.command(""));
+  ASSERT_TRUE(t.wait_for("q quit")) << t.capture();
+  t.keys("k");  // cursor starts on the largest GPU memory: `big`
+  ASSERT_TRUE(t.wait_for("Kill (TERM")) << t.capture();
+  EXPECT_NE(t.capture().find(std::to_string(f.big) + " sleep"), std::string::npos) << t.capture();
+  t.keys("n");
+  ASSERT_TRUE(t.wait_for("cancelled")) << t.capture();
+  EXPECT_FALSE(reaped_within(f.big, 200));
+  t.keys("k");
+  ASSERT_TRUE(t.wait_for("Kill (TERM")) << t.capture();
+  t.keys("y");
+  EXPECT_TRUE(reaped_within(f.big, 4000));
+  EXPECT_TRUE(t.wait_for("exited")) << t.capture();
+  EXPECT_FALSE(reaped_within(f.small, 100));
+  kill(f.top_pid(), SIGTERM);
+  EXPECT_EQ(t.wait_exit(), 130);
+  EXPECT_TRUE(t.terminal_restored());
+}
+
+TEST(TopTmux, ReadonlyRefusesActions) {
+  Fixture f("topro", 1);
+  TmuxSession t("ro", 80, 24, f.command("--readonly"));
+  ASSERT_TRUE(t.wait_for("read-only")) << t.capture();
+  t.keys("k");
+  ASSERT_TRUE(t.wait_for("actions are off")) << t.capture();
+  EXPECT_FALSE(reaped_within(f.big, 300));
+  t.keys("q");
+  EXPECT_EQ(t.wait_exit(), 0);
+}
+
+TEST(TopTmux, GpuThatStopsAnsweringKeepsTheScreenLive) {
+  std::string hang = write_scenario("hangflag", "");
+  unlink(hang.c_str());
+  Fixture f("tophang", 1, "gpu name=\"Stuck GPU\" hang_file=" + hang + "\n");
+  TmuxSession t("hang", 100, 30, f.command("-d 0.2"));
+  ASSERT_TRUE(t.wait_for("Stuck GPU")) << t.capture();
+  std::ofstream(hang) << "hang";
+  ASSERT_TRUE(t.wait_for("NVML NOT ANSWERING", 4000)) << t.capture();
+  t.keys("h");  // keys still work while the sampler waits on the driver
+  EXPECT_TRUE(t.wait_for("gpumem top keys", 2000)) << t.capture();
+  t.keys("x");
+  unlink(hang.c_str());
+  EXPECT_TRUE(t.wait_for("q quit")) << t.capture();
+  t.keys("q");
+  EXPECT_EQ(t.wait_exit(), 0);
+  EXPECT_TRUE(t.terminal_restored());
+}
+
+TEST(TopTmux, CrashSignalRestoresTheTerminal) {
+  Fixture f("topcrash", 1);
+  TmuxSession t("crash", 80, 24, f.command(""));
+  ASSERT_TRUE(t.wait_for("q quit")) << t.capture();
+  kill(f.top_pid(), SIGSEGV);
+  EXPECT_EQ(t.wait_exit(), 128 + SIGSEGV);
+  EXPECT_TRUE(t.terminal_restored());
+}
+
+TEST(TopTmux, WithoutTerminalOneSentenceAndExit2) {
+  Fixture f("topnotty", 1);
+  auto r = run_gpumem({"top"}, {{"GPUMEM_NVML_LIBRARY", fake_nvml_path()}, {"GPUMEM_FAKE_NVML_SCENARIO", f.scenario}});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("needs a terminal"), std::string::npos) << r.err;
+}
