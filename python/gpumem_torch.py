@@ -370,6 +370,7 @@ def install(patch_torch=True):
     _torch_allocator = allocator
     _installed = True
     _install_pool_support(torch)
+    _history_module().install(torch, lib)
     if patch_torch:
         this = sys.modules[__name__]
         for name in _TORCH_NAMES:
@@ -476,6 +477,16 @@ def _install_pool_support(torch):
     C._cuda_cudaCachingAllocator_raw_delete = _wrap_raw_delete(C._cuda_cudaCachingAllocator_raw_delete)
     torch.cuda.MemPool = MemPool
     torch.cuda.memory.MemPool = MemPool
+
+
+def _history_module():
+    """gpumem_history.py (memory history, snapshots): beside this file, else beside libgpumem.so."""
+    try:
+        import gpumem_history
+    except ImportError:
+        sys.path.append(os.path.dirname(_lib_path))
+        import gpumem_history
+    return gpumem_history
 
 
 class _InstallWhenTorchLoads:

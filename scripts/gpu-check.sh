@@ -27,7 +27,7 @@ if [[ "${1:-}" == "--prepare" ]]; then
   for prog in tests/gpu/stream_rule.cu bench/gpu/host_cost.cu bench/gpu/vmm_cost.cu; do
     nvcc -O2 -std=c++20 -gencode arch=compute_90,code=sm_90 -Iinclude -Isrc "$prog" $LIBS -ldl -o "$BIN/$(basename "$prog" .cu)"
   done
-  cp "$BUILD/gpumem" "$BUILD/libgpumem.so" "$BUILD/gpumem_torch.py" "$BUILD/gpumem_ipc.py" "$BUILD/gpumem_sitecustomize.py" "$BUILD/tests/backends/backend_conformance_test" "$BIN/"
+  cp "$BUILD/gpumem" "$BUILD/libgpumem.so" "$BUILD/gpumem_torch.py" "$BUILD/gpumem_ipc.py" "$BUILD/gpumem_history.py" "$BUILD/gpumem_sitecustomize.py" "$BUILD/tests/backends/backend_conformance_test" "$BIN/"
   strip "$BIN/gpumem" "$BIN/libgpumem.so" "$BIN/backend_conformance_test" "$BIN/stream_rule" "$BIN/host_cost" "$BIN/vmm_cost"
   du -sh "$BIN"
   exit 0
@@ -65,7 +65,7 @@ finish() {
 }
 trap finish EXIT
 
-for f in gpumem libgpumem.so gpumem_torch.py gpumem_ipc.py gpumem_sitecustomize.py backend_conformance_test stream_rule host_cost vmm_cost; do
+for f in gpumem libgpumem.so gpumem_torch.py gpumem_ipc.py gpumem_history.py gpumem_sitecustomize.py backend_conformance_test stream_rule host_cost vmm_cost; do
   [[ -e $BIN/$f ]] || { echo "gpu-check: $BIN/$f is missing: run scripts/gpu-check.sh --prepare and carry $BIN"; exit 1; }
 done
 nvidia-smi -L
@@ -86,6 +86,8 @@ if [[ -f $WORK/c10_shim.so ]]; then SHIM=$WORK/c10_shim.so; else SHIM=""; fi
 step "3 host cost vs c10 / cudaMallocAsync / cudaMalloc" 300 "$BIN/host_cost" $SHIM --json "$RES/host_cost.json"
 step "3b driver call cost: cuMemCreate/Map/SetAccess/Unmap/Release at 2 and 16 MiB" 120 "$BIN/vmm_cost" --json "$RES/vmm_cost.json"
 step "4 python shim + gpumem run (real torch)" 300 env GPUMEM_BUILD_DIR="$PWD/$BIN" python3 -m unittest -v tests/python/test_gpumem_torch.py
+step "4b snapshot -> _memory_viz, native" 120 python3 bench/gpu/snapshot_check.py "$RES/snapshot_native.pickle"
+step "4b snapshot -> _memory_viz, gpumem" 120 "$BIN/gpumem" run -- python3 bench/gpu/snapshot_check.py "$RES/snapshot_gpumem.pickle"
 
 # 5 training: native, gpumem, gpumem with --limit 1.02x the peak live bytes gpumem saw.
 for w in ${GPU_CHECK_WORKLOADS:-lm resnet vit generate}; do

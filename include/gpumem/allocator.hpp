@@ -27,6 +27,8 @@
 
 #include "gpumem/backend.hpp"
 #include "gpumem/errors.hpp"
+#include "gpumem/events.hpp"
+#include "gpumem/snapshot.hpp"
 #include "gpumem/stats.hpp"
 
 namespace gpumem {
@@ -145,6 +147,13 @@ class Allocator {
   using ErrorHandler = std::function<void(const std::string&)>;
   void set_error_handler(ErrorHandler handler);
 
+  // Every block, region and mapping at one moment (taken under all pool locks). O(blocks).
+  AllocatorSnapshot snapshot() const;
+
+  // Observers receive every event (gpumem/events.hpp) from now on, until removed. Adding one twice
+  // has no effect. Thread-safe; removal waits for events being delivered.
+  void add_observer(std::shared_ptr<AllocatorObserver> observer);
+  void remove_observer(const AllocatorObserver* observer);
   // Cooperative release: when the device itself is full (not this allocator's limit) even after its own
   // cache was released, the hook is asked to get memory freed elsewhere (other processes' caches) and
   // returns whether any was; then the allocation is tried once more. The engine knows nothing of how.

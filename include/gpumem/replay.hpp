@@ -33,6 +33,7 @@ struct ReplayOom {
   std::uint32_t line = 0;       // line in the trace file
   std::uint64_t requested = 0, allocated = 0, reserved = 0, largest_free = 0, capacity = 0;
   std::uint64_t stream = 0;
+  OutOfMemoryError::State state;  // the allocator's own account (explain_out_of_memory renders it)
 };
 
 struct ReplayResult {

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/context_hook.hpp"
 #include "api/ipc.hpp"
 #include "api/registry_internal.hpp"
 #include "api/status.hpp"
@@ -51,6 +52,10 @@ void remember_fraction(int device, double fraction) {
 
 }  // namespace
 
+namespace gpumem::api {
+void set_last_error(const std::string& sentence) { tls_last_error = sentence; }
+}  // namespace gpumem::api
+
 extern "C" {
 
 const char* gpumem_version(void) { return "0.1.0"; }
@@ -70,11 +75,8 @@ void* gpumem_malloc(ssize_t size, int device, void* stream) {
     throw std::invalid_argument(tls_last_error);
   }
   try {
-    api::trace_start_from_env();
-    api::TraceOrderGuard order;
-    void* p = default_allocator(device).allocate(std::size_t(size), stream_id(stream));
-    api::trace_alloc(DevicePtr(p), std::size_t(size), stream_id(stream));
-    return p;
+    api::run_context_hook();
+    return default_allocator(device).allocate(std::size_t(size), stream_id(stream));
   } catch (const OutOfMemoryError& e) {
     tls_last_error = e.what();
     notify_oom_observer(device, std::size_t(size), e);
@@ -93,8 +95,6 @@ void gpumem_free(void* ptr, size_t /*size*/, int device, void* stream) {
     tls_last_error = "gpumem: free of a pointer no gpumem allocator handed out";
     return;
   }
-  api::TraceOrderGuard order;
-  api::trace_free(DevicePtr(ptr), stream_id(stream));
   a->deallocate(ptr, stream_id(stream));
 }
 
@@ -123,15 +123,13 @@ int gpumem_allocate(size_t size, int device, void* stream, void** out) {
   }
   *out = nullptr;
   return guarded([&] {
-    api::trace_start_from_env();
-    api::TraceOrderGuard order;
+    api::run_context_hook();
     try {
       *out = default_allocator(device).allocate(size, stream_id(stream));
     } catch (const OutOfMemoryError& e) {
       notify_oom_observer(device, size, e);
       throw;
     }
-    api::trace_alloc(DevicePtr(*out), size, stream_id(stream));
   });
 }
 
@@ -142,12 +140,7 @@ int gpumem_deallocate(void* ptr, int device, void* stream) {
     tls_last_error = "gpumem_deallocate: device " + std::to_string(device) + " has no allocator";
     return GPUMEM_E_INVALID;
   }
-  FreeResult result;
-  {
-    api::TraceOrderGuard order;
-    result = a->try_deallocate(ptr, stream_id(stream));
-    if (result == FreeResult::ok) api::trace_free(DevicePtr(ptr), stream_id(stream));
-  }
+  FreeResult result = a->try_deallocate(ptr, stream_id(stream));
   switch (result) {
     case FreeResult::ok:
     case FreeResult::null_pointer:
@@ -289,7 +282,7 @@ int gpumem_ipc_export(void* ptr, char* buf, size_t len) {
     }
     return copy_out(e.json, buf, len);
   } catch (...) {
-    return status_of_current_exception();
+    return api::status_of_current_exception();
   }
 }
 

@@ -14,6 +14,7 @@
 
 #include "api/env_config.hpp"
 #include "api/registry_internal.hpp"
+#include "api/trace_recorder.hpp"
 #include "control/client.hpp"
 #include "control/server.hpp"
 #include "gpumem/cuda_backend.hpp"
@@ -120,6 +121,7 @@ Allocator& create(int device) {
   r.device_keys[std::size_t(device)] = key;
   Allocator* raw = allocator.release();
   r.allocators[std::size_t(device)].store(raw, std::memory_order_release);
+  api::trace_attach(*raw);
   return *raw;
 }
 
@@ -168,6 +170,11 @@ Allocator* owner_of(const void* ptr) noexcept {
   for (int d = 0; d < kMaxDevices; ++d)
     if (Allocator* a = existing(d); a && a->block_size(ptr) != 0) return a;
   return nullptr;
+}
+
+void for_each_default_allocator(const std::function<void(Allocator&)>& fn) {
+  for (int d = 0; d < kMaxDevices; ++d)
+    if (Allocator* a = existing(d)) fn(*a);
 }
 
 std::pair<void*, std::size_t> live_block_containing(const void* ptr) noexcept {

@@ -1,5 +1,6 @@
 // Lookups on the default allocators that never create one (for the C ABI's free and record_stream paths).
 #pragma once
+#include <functional>
 #include <memory>
 
 #include "gpumem/allocator.hpp"
@@ -10,6 +11,8 @@ namespace gpumem {
 Allocator* find_default_allocator(int device) noexcept;
 // The default allocator that handed out the block starting at ptr, else nullptr.
 Allocator* owner_of(const void* ptr) noexcept;
+// Calls fn for every default allocator made so far.
+void for_each_default_allocator(const std::function<void(Allocator&)>& fn);
 // The live block of any default allocator holding ptr (at its start or inside): start and usable bytes;
 // {nullptr, 0} if none.
 std::pair<void*, std::size_t> live_block_containing(const void* ptr) noexcept;

@@ -8,12 +8,14 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "api/registry_internal.hpp"
 #include "gpumem/trace_writer.hpp"
 
 namespace gpumem::api {
 namespace {
 
-struct Recorder {
+struct Recorder final : AllocatorObserver {
+  void on_event(const MemoryEvent& e) noexcept override;
   std::mutex mutex;
   std::unique_ptr<trace::TraceWriter> writer;
   std::unordered_map<DevicePtr, std::size_t> live;  // address -> requested size, for `free` events
@@ -21,12 +23,17 @@ struct Recorder {
 };
 
 std::atomic<bool> recording{false};
-std::mutex order_mutex;  // TraceOrderGuard's; never taken inside Recorder::mutex
 std::once_flag env_checked;
 
 Recorder& recorder() {
   static Recorder* r = new Recorder;  // never destroyed: frees may arrive during static destruction
   return *r;
+}
+
+// The allocators hold it by shared_ptr; it is never deleted.
+std::shared_ptr<AllocatorObserver> recorder_handle() {
+  static std::shared_ptr<AllocatorObserver> h(&recorder(), [](AllocatorObserver*) {});
+  return h;
 }
 
 std::uint64_t now_us(const Recorder& r) {
@@ -61,6 +68,12 @@ void record(trace::Op op, DevicePtr ptr, std::size_t size, StreamId stream) noex
   }
 }
 
+void Recorder::on_event(const MemoryEvent& e) noexcept {
+  // A zero-byte request gets no memory and no event: nothing to replay.
+  if (e.kind == EventKind::alloc) record(trace::Op::alloc, e.addr, e.requested, e.stream);
+  else if (e.kind == EventKind::free_requested) record(trace::Op::free, e.addr, 0, e.stream);
+}
+
 void stop_at_exit() {
   try {
     trace_stop();
@@ -72,17 +85,22 @@ void stop_at_exit() {
 
 void trace_start(const std::string& path) {
   Recorder& r = recorder();
-  std::lock_guard lock(r.mutex);
-  if (r.writer) r.writer->close();
-  r.writer = std::make_unique<trace::TraceWriter>(path, "gpumem recorder", "");
-  r.live.clear();
-  r.start = std::chrono::steady_clock::now();
-  recording = true;
+  {
+    std::lock_guard lock(r.mutex);
+    if (r.writer) r.writer->close();
+    r.writer = std::make_unique<trace::TraceWriter>(path, "gpumem recorder", "");
+    r.live.clear();
+    r.start = std::chrono::steady_clock::now();
+    recording = true;
+  }
+  // Outside our mutex: an allocating thread holds the allocator's locks, then takes ours.
+  for_each_default_allocator([](Allocator& a) { a.add_observer(recorder_handle()); });
   static std::once_flag at_exit;
   std::call_once(at_exit, [] { std::atexit(stop_at_exit); });
 }
 
 std::size_t trace_stop() {
+  for_each_default_allocator([](Allocator& a) { a.remove_observer(&recorder()); });
   Recorder& r = recorder();
   std::lock_guard lock(r.mutex);
   recording = false;
@@ -94,7 +112,7 @@ std::size_t trace_stop() {
   return n;
 }
 
-void trace_start_from_env() {
+void trace_attach(Allocator& allocator) {
   std::call_once(env_checked, [] {
     const char* path = std::getenv("GPUMEM_TRACE");
     if (!path || !*path || recording) return;
@@ -104,26 +122,7 @@ void trace_start_from_env() {
       std::fprintf(stderr, "gpumem: GPUMEM_TRACE: %s\n", e.what());
     }
   });
-}
-
-void trace_alloc(DevicePtr ptr, std::size_t size, StreamId stream) noexcept {
-  // A zero-byte request gets no memory (nullptr): nothing to replay.
-  if (ptr && recording.load(std::memory_order_relaxed)) record(trace::Op::alloc, ptr, size, stream);
-}
-
-void trace_free(DevicePtr ptr, StreamId stream) noexcept {
-  if (recording.load(std::memory_order_relaxed)) record(trace::Op::free, ptr, 0, stream);
-}
-
-TraceOrderGuard::TraceOrderGuard() noexcept {
-  if (recording.load(std::memory_order_relaxed)) {
-    order_mutex.lock();
-    held_ = true;
-  }
-}
-
-TraceOrderGuard::~TraceOrderGuard() {
-  if (held_) order_mutex.unlock();
+  if (recording.load()) allocator.add_observer(recorder_handle());
 }
 
 }  // namespace gpumem::api

@@ -1,11 +1,13 @@
 // Records what the program asks of the default allocators as a gpumem-trace file, for `gpumem replay`:
-// set GPUMEM_TRACE=FILE (".gz" compresses). Thread-safe; a no-op costing one relaxed load when off.
-// The file is complete when the process exits normally or gpumem_trace_stop() is called.
+// set GPUMEM_TRACE=FILE (".gz" compresses). The recorder is an observer (gpumem/events.hpp) of every
+// default allocator while it records, so C++ users of the default allocators are traced too, and events
+// are written in the order the allocator made them effective (a free before the address is reused).
+// When off, no observer is registered. The file is complete at normal exit or gpumem_trace_stop().
 #pragma once
 #include <cstddef>
 #include <string>
 
-#include "gpumem/backend.hpp"
+#include "gpumem/allocator.hpp"
 
 namespace gpumem::api {
 
@@ -13,23 +15,8 @@ namespace gpumem::api {
 void trace_start(const std::string& path);
 // Finishes the file; returns the number of events written.
 std::size_t trace_stop();
-// Starts recording if GPUMEM_TRACE is set and nothing records yet (first allocation calls it).
-void trace_start_from_env();
-void trace_alloc(DevicePtr ptr, std::size_t size, StreamId stream) noexcept;
-void trace_free(DevicePtr ptr, StreamId stream) noexcept;
-
-// Held around an allocator call and its trace_alloc / trace_free: while recording, calls and their events
-// happen under one lock, so the file holds events in the order they took effect (a free is written
-// before another thread's allocation that reuses its address). Not recording: one relaxed load.
-class TraceOrderGuard {
- public:
-  TraceOrderGuard() noexcept;
-  ~TraceOrderGuard();
-  TraceOrderGuard(const TraceOrderGuard&) = delete;
-  TraceOrderGuard& operator=(const TraceOrderGuard&) = delete;
-
- private:
-  bool held_ = false;
-};
+// Called by the registry for each new default allocator: starts recording if GPUMEM_TRACE is set and
+// nothing records yet, and observes the allocator while recording.
+void trace_attach(Allocator& allocator);
 
 }  // namespace gpumem::api

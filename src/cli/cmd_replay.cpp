@@ -32,12 +32,10 @@ std::string grouped(std::uint64_t n) {
 std::string bytes(std::uint64_t n) { return grouped(n) + " (" + format_bytes(n) + ")"; }
 std::string milliseconds(double s) { return fmt::format("{:.1f} ms", s * 1e3); }
 
+// The one OOM explanation (gpumem/errors.hpp), placed in the trace.
 std::string oom_sentence(const ReplayOom& o) {
-  return fmt::format(
-      "out of memory at event {} (line {}): requested {} on stream {}, allocated {}, reserved {}, largest free extent {}, "
-      "device capacity {}",
-      grouped(o.event_index), o.line, bytes(o.requested), o.stream, bytes(o.allocated), bytes(o.reserved),
-      bytes(o.largest_free), bytes(o.capacity));
+  return fmt::format("out of memory at event {} (line {}): {}", grouped(o.event_index), o.line,
+                     explain_out_of_memory(o.state));
 }
 
 nlohmann::json oom_json(const ReplayOom& o) {

@@ -9,8 +9,11 @@
 #include <deque>
 #include <mutex>
 #include <stdexcept>
+#include <vector>
 
+#include "engine/event_hub.hpp"
 #include "engine/physical_memory.hpp"
+#include "engine/snapshot_builder.hpp"
 #include "engine/private_pools.hpp"
 #include "engine/stream_pool.hpp"
 
@@ -28,6 +31,7 @@ constexpr std::size_t kMaxRequest = std::size_t(1) << 50;
 struct Allocator::Impl {
   std::shared_ptr<Backend> backend;
   AllocatorConfig config;
+  engine::EventHub hub;
   engine::PhysicalMemory physical;
   std::mutex pools_mutex;  // creating pools only
   std::array<std::atomic<StreamPool*>, kMaxPools> pools{};
@@ -40,7 +44,8 @@ struct Allocator::Impl {
   engine::PrivatePools privates{[this](StreamId s) { return add_pool(s, true); }};
   ReleaseOthersHook release_others;  // set before the allocator is shared (see allocator.hpp)
 
-  Impl(std::shared_ptr<Backend> b, AllocatorConfig c) : backend(std::move(b)), config(c), physical(*backend) {
+  Impl(std::shared_ptr<Backend> b, AllocatorConfig c)
+      : backend(std::move(b)), config(c), hub(backend->device()), physical(*backend) {
     physical.set_limit(config.limit_bytes);
     physical.set_foreign_lender(
         [this](std::size_t bytes, const void* asking, std::vector<engine::Piece>& out) {
@@ -92,7 +97,7 @@ struct Allocator::Impl {
       if (StreamPool* p = find_pool(stream)) return p;
     std::size_t n = count();
     if (n == kMaxPools) throw Error("gpumem: more than 1024 streams and private pools allocate on one device");
-    owned_pools.push_back(std::make_unique<StreamPool>(*backend, physical, config, stream, privates.captures(), graph));
+    owned_pools.push_back(std::make_unique<StreamPool>(*backend, physical, config, stream, privates.captures(), graph, hub));
     StreamPool* p = owned_pools.back().get();
     if (n == 1) {  // the first pool's peaks were the true ones so far: they seed the shared totals
       StreamPool* first = pool_at(0);
@@ -162,7 +167,7 @@ struct Allocator::Impl {
     ++sync_all;
     {
       std::lock_guard lock(physical.mutex());
-      physical.release_unused_chunks();
+      if (std::size_t returned = physical.release_unused_chunks()) hub.emit(EventKind::give_back, 0, returned, 0, 0);
     }
     privates.retire_empty();
     return released;
@@ -179,10 +184,17 @@ struct Allocator::Impl {
     return best;
   }
 
-  [[noreturn]] void throw_oom(std::size_t request, StreamId stream, const std::string& cause) {
+  [[noreturn]] void throw_oom(std::size_t request, StreamId stream, const std::string& cause, bool retried,
+                              std::size_t released_bytes) {
     ++ooms;
     OutOfMemoryError::State s;
     s.requested = request;
+    s.device = backend->device();
+    s.stream = stream;
+    s.virtual_memory = retried && !config.force_plain && backend->supports_virtual_memory();  // it was tried
+    s.cache_released = retried;
+    s.released_bytes = released_bytes;
+    s.cause = cause;
     DeviceStats st = collect_stats();
     s.allocated = std::size_t(st.allocated_bytes[kAggregatePool].current);
     s.reserved = std::size_t(st.reserved_bytes[kAggregatePool].current);
@@ -197,17 +209,17 @@ struct Allocator::Impl {
     } catch (...) {
     }
     s.largest_free = largest_free();
-    std::string msg = "gpumem: out of memory: cannot allocate " + format_bytes(request) + " on device " +
-                      std::to_string(backend->device()) + " (stream " + std::to_string(stream) + "): " +
-                      format_bytes(s.allocated) + " allocated, " + format_bytes(s.reserved) +
-                      " reserved, largest free block " + format_bytes(s.largest_free) + ", ";
-    msg += s.limit ? "limit " + format_bytes(s.limit) + ", " : std::string("no limit, ");
-    msg += format_bytes(s.device_free) + " free of " + format_bytes(s.device_total) + " on the device";
-    if (!cause.empty()) msg += " (" + cause + ")";
-    throw OutOfMemoryError(msg, s);
+    MemoryEvent e;
+    e.kind = EventKind::oom;
+    e.size = request;
+    e.stream = stream;
+    e.oom = &s;
+    hub.emit(e);
+    throw OutOfMemoryError(explain_out_of_memory(s), s);
   }
 
-  DeviceStats collect_stats();
+  // With locks_held, the caller holds the locks of the first `pools` pools and the physical lock.
+  DeviceStats collect_stats(bool locks_held = false, std::size_t pools = 0);
 };
 
 Allocator::Allocator(std::shared_ptr<Backend> backend, AllocatorConfig config) {
@@ -221,7 +233,7 @@ Allocator::~Allocator() = default;
 void* Allocator::allocate(std::size_t bytes, StreamId stream) {
   if (bytes == 0) return nullptr;
   Impl& d = *impl_;
-  if (bytes > kMaxRequest) d.throw_oom(bytes, stream, "larger than any device");
+  if (bytes > kMaxRequest) d.throw_oom(bytes, stream, "", false, 0);
   if (d.privates.capturing()) [[unlikely]] {
     if (StreamPool* graph_pool = d.privates.route(stream)) {
       std::string failure;
@@ -233,7 +245,7 @@ void* Allocator::allocate(std::size_t bytes, StreamId stream) {
           failure = e.what();
         }
       }
-      d.throw_oom(bytes, stream, failure + "; a CUDA graph capture is underway, so the cache cannot be released");
+      d.throw_oom(bytes, stream, failure + "; a CUDA graph capture is underway, so the cache cannot be released", false, 0);
     }
   }
   StreamPool& pool = d.pool_for(stream);
@@ -251,7 +263,7 @@ void* Allocator::allocate_after_releasing_cache(std::size_t bytes, StreamId stre
   // Give every cached byte of every stream back, then try once more (PyTorch's retry).
   Impl& d = *impl_;
   ++d.alloc_retries;
-  d.release_cached_everywhere();
+  std::size_t released = d.release_cached_everywhere();
   StreamPool& pool = d.pool_for(stream);
   std::string failure;
   {
@@ -273,7 +285,7 @@ void* Allocator::allocate_after_releasing_cache(std::size_t bytes, StreamId stre
       failure = e.what();
     }
   }
-  d.throw_oom(bytes, stream, failure);
+  d.throw_oom(bytes, stream, failure, true, released);
 }
 
 void Allocator::set_release_others_hook(ReleaseOthersHook hook) { impl_->release_others = std::move(hook); }
@@ -354,9 +366,9 @@ std::size_t Allocator::limit() const {
   return impl_->physical.limit();
 }
 
-DeviceStats Allocator::Impl::collect_stats() {
+DeviceStats Allocator::Impl::collect_stats(bool locks_held, std::size_t pools) {
   DeviceStats out;
-  std::size_t n = count();
+  std::size_t n = locks_held ? pools : count();
   auto add = [](StatArray& into, const engine::SplitStat& split) {
     StatArray from = split.get_all();
     for (int k = 0; k < 3; ++k) {
@@ -368,7 +380,8 @@ DeviceStats Allocator::Impl::collect_stats() {
   };
   for (std::size_t i = 0; i < n; ++i) {
     StreamPool* p = pool_at(i);
-    std::lock_guard lock(p->lock());
+    std::unique_lock<engine::SpinLock> lock(p->lock(), std::defer_lock);
+    if (!locks_held) lock.lock();
     const engine::PoolStats& s = p->stats();
     add(out.allocation, s.allocation);
     add(out.active, s.active);
@@ -392,7 +405,8 @@ DeviceStats Allocator::Impl::collect_stats() {
     peaks(out.inactive_split_bytes, shared_stats.inactive_split_bytes);
     peaks(out.requested_bytes, shared_stats.requested_bytes);
   }
-  std::lock_guard lock(physical.mutex());
+  std::unique_lock<std::mutex> lock(physical.mutex(), std::defer_lock);
+  if (!locks_held) lock.lock();
   out.segment = physical.segment_stats();
   out.reserved_bytes = physical.reserved_stats();
   out.num_device_alloc = physical.device_allocs();
@@ -503,6 +517,35 @@ void Allocator::set_error_handler(ErrorHandler handler) {
   std::lock_guard lock(impl_->handler_mutex);
   impl_->error_handler = std::move(handler);
 }
+
+AllocatorSnapshot Allocator::snapshot() const {
+  Impl& d = *impl_;
+  // Every pool lock in index order, then the physical lock: the order growth takes them in, and no
+  // other path holds two pool locks, so this cannot deadlock.
+  std::size_t n = d.count();
+  std::vector<std::unique_lock<engine::SpinLock>> locks;
+  locks.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) locks.emplace_back(d.pool_at(i)->lock());
+  std::lock_guard physical_lock(d.physical.mutex());
+  AllocatorSnapshot snap;
+  snap.device = d.backend->device();
+  snap.backend = d.backend->name();
+  snap.granularity = d.backend->granularity();
+  snap.limit = d.physical.limit();
+  snap.reserved = d.physical.reserved();
+  snap.free_physical = d.physical.free_piece_bytes();
+  snap.stats = d.collect_stats(true, n);
+  for (std::size_t i = 0; i < n; ++i) engine::describe_pool(*d.pool_at(i), snap);
+  engine::sort_snapshot(snap);
+  return snap;
+}
+
+void Allocator::add_observer(std::shared_ptr<AllocatorObserver> observer) {
+  if (!observer) throw std::invalid_argument("gpumem: add_observer needs an observer");
+  impl_->hub.add(std::move(observer));
+}
+
+void Allocator::remove_observer(const AllocatorObserver* observer) { impl_->hub.remove(observer); }
 
 void Allocator::check_invariants() const {
   std::size_t n = impl_->count();

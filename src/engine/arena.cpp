@@ -13,9 +13,9 @@ std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to *
 }  // namespace
 
 Arena::Arena(Backend& backend, PhysicalMemory& physical, BlockRecycler& recycler, const AllocatorConfig& config,
-             StreamId stream, bool small_pool)
+             StreamId stream, bool small_pool, const EventHub& hub)
     : backend_(backend), physical_(physical), recycler_(recycler), config_(config), stream_(stream),
-      small_(small_pool), granularity_(backend.granularity()) {}
+      small_(small_pool), hub_(hub), granularity_(backend.granularity()) {}
 
 Arena::~Arena() {
   std::lock_guard lock(physical_.mutex());
@@ -145,9 +145,13 @@ Block* Arena::map_at_top(Region& r, Block* tail, std::vector<Piece>& pieces) {
     }
   } catch (...) {
     for (; i < units.size(); ++i) physical_.give_piece(units[i]);
-    if (mapped) extend_top(r, tail, mapped);
+    if (mapped) {
+      hub_.emit(EventKind::segment_map, at, mapped, 0, stream_);
+      extend_top(r, tail, mapped);
+    }
     throw;
   }
+  hub_.emit(EventKind::segment_map, at, mapped, 0, stream_);
   return extend_top(r, tail, mapped);
 }
 
@@ -187,6 +191,7 @@ Block* Arena::grow_plain(std::size_t size) {
       base = physical_.allocate_segment(segment, small_);
     }
   }
+  hub_.emit(EventKind::segment_alloc, base, segment, 0, stream_);
   auto r = std::make_unique<Region>();
   r->base = base;
   r->size = r->top = segment;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/block.hpp"
+#include "engine/event_hub.hpp"
 #include "engine/free_index.hpp"
 #include "engine/physical_memory.hpp"
 #include "gpumem/allocator.hpp"
@@ -37,7 +38,7 @@ struct Region {
 class Arena {
  public:
   Arena(Backend& backend, PhysicalMemory& physical, BlockRecycler& recycler, const AllocatorConfig& config,
-        StreamId stream, bool small_pool);
+        StreamId stream, bool small_pool, const EventHub& hub);
   ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
@@ -75,6 +76,15 @@ class Arena {
   void for_each_block(Fn&& fn) const {
     for (const auto& r : regions_)
       for (Block* b = r->first; b; b = b->next) fn(*r, b);
+  }
+  template <typename Fn>
+  void for_each_region(Fn&& fn) const {
+    for (const auto& r : regions_) fn(*r);
+  }
+  // fn(va, bytes, chunk index, offset in the chunk) for every mapping, in address order (VMM only).
+  template <typename Fn>
+  void for_each_mapping(Fn&& fn) const {
+    for (const auto& [va, m] : mappings_) fn(va, m.bytes, m.piece.chunk, m.piece.offset);
   }
   bool owns(DevicePtr p) const noexcept;
   // The physical pieces behind [start, start+bytes), page-aligned and mapped, in address order; throws
@@ -118,6 +128,7 @@ class Arena {
   const AllocatorConfig& config_;
   StreamId stream_;
   bool small_;
+  const EventHub& hub_;
   std::size_t granularity_;
   FreeIndex free_;
   Arena* sibling_ = nullptr;

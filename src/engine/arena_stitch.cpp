@@ -46,6 +46,7 @@ std::size_t Arena::lend(std::size_t bytes, const Block* keep, std::vector<Piece>
     if (lent >= bytes) break;
     std::size_t take = std::min(c.bytes, round_up(bytes - lent, granularity_));
     collect_physical(c.start, take, out);
+    hub_.emit(EventKind::stitch, c.start, take, 0, stream_);
     carve_hole(c.block, c.start, take);
     mapped_bytes_ -= take;
     lent += take;
@@ -110,6 +111,7 @@ std::size_t Arena::unmap_unused() {
       mapped_bytes_ -= bytes;
       released += bytes;
     }
+    hub_.emit(EventKind::segment_unmap, va, m.bytes, 0, stream_);
     physical_.unmap(va, m.piece);
     mappings_.erase(it);
   }
@@ -176,6 +178,7 @@ std::size_t Arena::release_cached() {
     if (r.plain && r.first == r.last && r.first->state == BlockState::free) {
       free_.remove(r.first);
       recycler_.recycle(r.first);
+      hub_.emit(EventKind::segment_free, r.base, r.size, 0, stream_);
       physical_.free_segment(r.base, r.size, small_);
       released += r.size;
       it = regions_.erase(it);

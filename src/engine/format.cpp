@@ -2,6 +2,7 @@
 #include <string>
 
 #include "gpumem/errors.hpp"
+#include "gpumem/events.hpp"
 
 namespace gpumem {
 
@@ -17,6 +18,22 @@ std::string format_bytes(std::size_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f %s", value, units[unit]);
   return buf;
+}
+
+const char* event_kind_name(EventKind kind) noexcept {
+  switch (kind) {
+    case EventKind::alloc: return "alloc";
+    case EventKind::free_requested: return "free_requested";
+    case EventKind::free_completed: return "free_completed";
+    case EventKind::segment_alloc: return "segment_alloc";
+    case EventKind::segment_free: return "segment_free";
+    case EventKind::segment_map: return "segment_map";
+    case EventKind::segment_unmap: return "segment_unmap";
+    case EventKind::stitch: return "stitch";
+    case EventKind::give_back: return "give_back";
+    case EventKind::oom: return "oom";
+  }
+  return "unknown";
 }
 
 }  // namespace gpumem

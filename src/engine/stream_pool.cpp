@@ -8,9 +8,10 @@ constexpr std::size_t kRound = 512;
 }
 
 StreamPool::StreamPool(Backend& backend, PhysicalMemory& physical, const AllocatorConfig& config, StreamId stream,
-                       const std::atomic<int>& captures, bool graph_pool)
-    : stream_(stream), graph_pool_(graph_pool), captures_(captures), backend_(backend), small_(backend, physical, recycler_, config, stream, true),
-      large_(backend, physical, recycler_, config, stream, false) {
+                       const std::atomic<int>& captures, bool graph_pool, const EventHub& hub)
+    : stream_(stream), graph_pool_(graph_pool), captures_(captures), backend_(backend), hub_(hub),
+      small_(backend, physical, recycler_, config, stream, true, hub),
+      large_(backend, physical, recycler_, config, stream, false, hub) {
   small_.set_sibling(&large_);
   large_.set_sibling(&small_);
   if (graph_pool) {
@@ -53,12 +54,17 @@ Block* StreamPool::allocate(std::size_t request) {
   }
   account(b, true);
   account_active(b, true);
+  hub_.emit(EventKind::alloc, b->addr, b->size, request, stream_);
   return b;
 }
 
 bool StreamPool::deallocate(DevicePtr ptr, StreamId free_stream) noexcept {
   Block* b = live_.find(ptr);
   if (!b) return false;
+  // Reported while the block is still ours (the lock is held): nobody can be handed it before.
+  const bool observed = hub_.active();
+  const std::size_t size = b->size, requested = b->requested;
+  if (observed) hub_.emit(EventKind::free_requested, ptr, size, requested, free_stream);
   live_.erase(ptr);
   account(b, false);
   if (free_stream != stream_) {
@@ -74,6 +80,7 @@ bool StreamPool::deallocate(DevicePtr ptr, StreamId free_stream) noexcept {
   }
   if (!b->other_streams) {
     return_block(b);
+    if (observed) hub_.emit(EventKind::free_completed, ptr, size, requested, free_stream);
     return true;
   }
   b->state = BlockState::pending;
@@ -152,7 +159,10 @@ void StreamPool::process_pending(bool wait) noexcept {
     Pending& p = pending_[i];
     if (done(p)) {
       for (EventHandle e : p.events) backend_.release_event(e);
+      const DevicePtr addr = p.block->addr;
+      const std::size_t size = p.block->size, requested = p.block->requested;
       return_block(p.block);
+      hub_.emit(EventKind::free_completed, addr, size, requested, stream_);
     } else {
       if (kept != i) pending_[kept] = std::move(p);  // a self-move would empty p.events
       ++kept;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/arena.hpp"
+#include "engine/event_hub.hpp"
 #include "engine/pool_stats.hpp"
 #include "engine/pointer_map.hpp"
 #include "engine/spin_lock.hpp"
@@ -21,7 +22,7 @@ class StreamPool {
   // `captures` counts the captures underway in the allocator: while it is non-zero no event is recorded
   // or queried (work queued on a capturing stream is not run, only recorded into the graph).
   StreamPool(Backend& backend, PhysicalMemory& physical, const AllocatorConfig& config, StreamId stream,
-             const std::atomic<int>& captures, bool graph_pool);
+             const std::atomic<int>& captures, bool graph_pool, const EventHub& hub);
   ~StreamPool();
 
   StreamId stream() const noexcept { return stream_; }
@@ -62,6 +63,11 @@ class StreamPool {
   void reset_accumulated() noexcept;
   std::size_t largest_free() const noexcept;
   const Arena& arena(bool small) const noexcept { return small ? small_ : large_; }
+  // Blocks freed by the program, still waiting for other streams.
+  template <typename Fn>
+  void for_each_pending(Fn&& fn) const {
+    for (const Pending& p : pending_) fn(p.block);
+  }
   void check_invariants() const;
 
  private:
@@ -86,6 +92,7 @@ class StreamPool {
   bool graph_pool_;
   const std::atomic<int>& captures_;
   Backend& backend_;
+  const EventHub& hub_;
   SpinLock lock_;
   BlockRecycler recycler_;  // before the arenas: their blocks live in its slabs
   Arena small_, large_;

@@ -61,7 +61,7 @@ ReplayResult replay(const Trace& trace, const ReplayOptions& options) {
     if (s.alloc) {
       try {
         ptrs[s.block] = allocator.allocate(s.size, s.stream);
-      } catch (const OutOfMemoryError&) {
+      } catch (const OutOfMemoryError& e) {
         ++r.ooms;
         if (!r.first_oom) {
           const DeviceStats stats = allocator.stats();
@@ -72,7 +72,8 @@ ReplayResult replay(const Trace& trace, const ReplayOptions& options) {
                                   std::uint64_t(stats.reserved_bytes[kAggregatePool].current),
                                   allocator.largest_free_block(),
                                   options.capacity,
-                                  s.stream};
+                                  s.stream,
+                                  e.state()};
         }
         if (options.stop_at_first_oom) break;
       } catch (const OutOfMemoryError&) {

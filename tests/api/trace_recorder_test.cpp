@@ -12,6 +12,7 @@
 #include "gpumem/gpumem.h"
 #include "gpumem/host_backend.hpp"
 #include "gpumem/memory.hpp"
+#include "gpumem/replay.hpp"
 #include "gpumem/trace.hpp"
 
 namespace {
@@ -58,6 +59,53 @@ TEST_F(TraceRecorder, RecordsAllocationsAndFreesInOrder) {
   EXPECT_EQ(t.events[0].stream, 7u);
   EXPECT_EQ(t.events[0].addr, reinterpret_cast<std::uintptr_t>(a));
   EXPECT_EQ(t.summary.peak_requested, std::uint64_t(1000 + (3 << 20)));
+  std::remove(path.c_str());
+}
+
+// Issue 12 item 4: a free is recorded while the block is still owned, so another thread's allocation of
+// the same address always comes after it, and no free is lost.
+TEST_F(TraceRecorder, ManyThreadsGiveATraceThatReplaysWithEveryEvent) {
+  const std::string path = temp_path("-threads.jsonl.gz");
+  ASSERT_EQ(gpumem_trace_start(path.c_str()), GPUMEM_OK) << gpumem_last_error();
+  constexpr int kThreads = 8, kOps = 3000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([t] {
+      // All on one stream: addresses are handed from one thread to another all the time.
+      std::vector<void*> live;
+      for (int i = 0; i < kOps; ++i) {
+        void* p = nullptr;
+        if (gpumem_allocate(std::size_t(512 * (1 + (i + t) % 7)), 0, nullptr, &p) == GPUMEM_OK) live.push_back(p);
+        if (live.size() > 3 || i % 5 == 0) {
+          for (void* q : live) gpumem_deallocate(q, 0, nullptr);
+          live.clear();
+        }
+      }
+      for (void* q : live) gpumem_deallocate(q, 0, nullptr);
+    });
+  for (auto& th : threads) th.join();
+  const long written = gpumem_trace_stop();
+  gpumem::trace::Trace t = gpumem::trace::read_trace(path);  // throws on an alloc of a live address
+  EXPECT_EQ(long(t.events.size()), written);
+  EXPECT_EQ(t.summary.allocs, std::size_t(kThreads * kOps));
+  EXPECT_EQ(t.summary.frees, std::size_t(kThreads * kOps));
+  gpumem::trace::ReplayResult r = gpumem::trace::replay(t);
+  EXPECT_EQ(r.ooms, 0u);
+  EXPECT_EQ(r.invalid_frees, 0u);
+  std::remove(path.c_str());
+}
+
+TEST_F(TraceRecorder, CppUsersOfTheDefaultAllocatorsAreTraced) {
+  const std::string path = temp_path("-cpp.jsonl");
+  ASSERT_EQ(gpumem_trace_start(path.c_str()), GPUMEM_OK) << gpumem_last_error();
+  gpumem::Allocator& a = gpumem::default_allocator(0);
+  void* p = a.allocate(777, 0);
+  a.deallocate(p, 0);
+  EXPECT_EQ(gpumem_trace_stop(), 2);
+  gpumem::trace::Trace t = gpumem::trace::read_trace(path);
+  ASSERT_EQ(t.events.size(), 2u);
+  EXPECT_EQ(t.events[0].size, 777u);
+  EXPECT_EQ(t.events[1].op, gpumem::trace::Op::free);
   std::remove(path.c_str());
 }
 

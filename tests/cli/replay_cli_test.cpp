@@ -128,8 +128,9 @@ TEST_F(ReplayCli, CapacityOomReportsTheEventAndExitsThree) {
   const std::string path = write("oom.jsonl", trace_text({{"alloc", 1, 8 * MiB}, {"alloc", 2, 2 * MiB}, {"alloc", 3, 6 * MiB}}));
   const Outcome r = gpumem({path, "--capacity", "12MiB", "--page", "2MiB"});
   EXPECT_EQ(r.status, 3) << r.err;
-  for (const char* needle : {"out of memory at event 2 (line 4)", "requested 6,291,456 (6.00 MiB)", "allocated 10,485,760",
-                             "reserved ", "largest free extent ", "device capacity 12,582,912"}) {
+  for (const char* needle : {"out of memory at event 2 (line 4): CUDA out of memory. Tried to allocate 6.00 MiB. GPU 0 "
+                             "has a total capacity of 12.00 MiB", "Of the allocated memory 10.00 MiB is allocated",
+                             "reserved by gpumem", "largest free extent ", "6.00 MiB requested on stream 0"}) {
     EXPECT_NE(r.err.find(needle), std::string::npos) << needle << " missing in:\n" << r.err;
   }
   const Outcome j = gpumem({path, "--capacity", "12582912", "--page", "2MiB", "--json"});

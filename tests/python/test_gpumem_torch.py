@@ -184,7 +184,7 @@ class GpumemRun(unittest.TestCase):
     def test_limit_breach_exits_with_status_3(self):
         r, report = self.run_gpumem("--limit", "16MiB", program_args=("1", "12"))
         self.assertEqual(r.returncode, 3, r.stderr)
-        self.assertIn("gpumem: out of memory", r.stderr)
+        self.assertIn("CUDA out of memory. Tried to allocate", r.stderr)
         self.assertTrue(any(p["oom"] for p in report))
 
     def test_existing_sitecustomize_still_runs(self):

@@ -20,6 +20,10 @@ _accelerator_getDeviceStats = _refuse("getDeviceStats")
 _accelerator_resetAccumulatedStats = _refuse("resetAccumulatedStats")
 _accelerator_resetPeakStats = _refuse("resetPeakStats")
 
+_cuda_record_memory_history = _refuse("recordHistory")
+_cuda_record_memory_history_legacy = _refuse("recordHistory")
+_cuda_memorySnapshot = _refuse("snapshot")
+
 _cuda_checkPoolLiveAllocations = _refuse("checkPoolLiveAllocations")
 _cuda_getCheckpointState = _refuse("getCheckpointState")
 _cuda_setCheckpointPoolState = _refuse("setCheckpointPoolState")

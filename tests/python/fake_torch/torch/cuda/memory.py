@@ -98,3 +98,33 @@ def change_current_allocator(allocator):
     if torch.cuda.is_initialized():
         raise RuntimeError("Can't swap an already initialized allocator")
     _current = allocator
+
+
+# Memory history and snapshots: PyTorch 2.11's Python functions, reduced to their calls into torch._C.
+import pickle  # noqa: E402
+import sys  # noqa: E402
+
+from torch import _C  # noqa: E402
+
+
+def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize, device=None,
+                           clear_history=False, compile_context=False, global_record_annotations=False,
+                           skip_actions=None):
+    if isinstance(enabled, bool):
+        return _C._cuda_record_memory_history_legacy(enabled, True, max_entries, True, False, False, False)
+    _C._cuda_record_memory_history(enabled, context, stacks, max_entries, clear_history, compile_context,
+                                   global_record_annotations, skip_actions if skip_actions is not None else [])
+
+
+def _snapshot(device=None, augment_with_fx_traces=False):
+    return _C._cuda_memorySnapshot(None)
+
+
+def _dump_snapshot(filename="dump_snapshot.pickle", augment_with_fx_traces=False):
+    s = _snapshot()
+    with open(filename, "wb") as f:
+        pickle.dump(s, f)
+
+
+def memory_snapshot(mempool_id=None, include_traces=True):
+    return _C._cuda_memorySnapshot((0, 0, include_traces))["segments"]
