@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <new>
 #include <string>
 
 #include "gpumem/printable.hpp"
@@ -53,6 +54,10 @@ int main(int argc, char** argv) {
     int code;
     try {
       code = run();
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "gpumem %s: out of host memory (the input is too large for this machine's RAM)\n",
+                   sub->get_name().c_str());
+      code = kExitOutOfMemory;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "gpumem %s: %s\n", sub->get_name().c_str(), e.what());
       code = kExitFailure;

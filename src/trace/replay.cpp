@@ -76,8 +76,6 @@ ReplayResult replay(const Trace& trace, const ReplayOptions& options) {
                                   e.state()};
         }
         if (options.stop_at_first_oom) break;
-      } catch (const OutOfMemoryError&) {
-        throw;
       } catch (const Error& e) {  // a limit of the allocator (streams per device, ...): name the line
         std::string why = e.what();
         if (why.rfind("gpumem: ", 0) == 0) why.erase(0, 8);
