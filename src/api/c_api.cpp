@@ -288,7 +288,7 @@ int gpumem_ipc_export(void* ptr, char* buf, size_t len) {
     }
     return copy_out(e.json, buf, len);
   } catch (...) {
-    return status_of_current_exception();
+    return api::status_of_current_exception();
   }
 }
 
