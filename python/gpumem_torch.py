@@ -20,8 +20,7 @@ __all__ = [
     "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats", "memory_stats", "memory_summary",
     "empty_cache", "set_per_process_memory_fraction", "set_limit", "mem_get_info", "backend_name",
     "allocate", "deallocate", "record_stream", "get_per_process_memory_fraction", "reset_accumulated_memory_stats",
-    "cache_info", "oom_marker", "is_out_of_memory", "attach_out_of_memory_observer", "on_stop", "SharedAllocation",
-    "OpenedAllocation",
+    "cache_info", "oom_marker", "is_out_of_memory", "attach_out_of_memory_observer", "on_stop",
 ]
 
 
@@ -95,7 +94,7 @@ def _load():
         "gpumem_cache_info": (c.c_int, [c.c_int, c.POINTER(c.c_size_t)]),
         "gpumem_torch_enable_cache_info": (c.c_int, []),
         "gpumem_stop_requested": (c.c_int, []),
-        "gpumem_ipc_export": (c.c_int, [c.c_void_p, c.c_char_p, c.c_size_t]),
+        "gpumem_ipc_export": (c.c_int, [c.c_void_p, c.c_char_p, c.c_size_t]),  # gpumem_ipc.py
         "gpumem_ipc_open": (c.c_int, [c.c_int, c.c_char_p, c.POINTER(c.c_void_p)]),
         "gpumem_ipc_close": (c.c_int, [c.c_void_p]),
     }
@@ -329,132 +328,6 @@ def on_stop(fn):
     signal.signal(signal.SIGINT, handler)
 
 
-# ---- CUDA IPC: gpumem allocations shared with other processes (torch.multiprocessing) ----------------------
-_exported = []  # (read end of a keep-alive pipe, what keeps the memory alive) until every receiver lets go
-
-
-def _collect_exported():
-    """Drops the references of exports whose receivers all closed their end of the keep-alive pipe."""
-    import select
-    keep = []
-    for read_end, owner in _exported:
-        if select.select([read_end], [], [], 0)[0] and os.read(read_end, 1) == b"":
-            os.close(read_end)
-        else:
-            keep.append((read_end, owner))
-    _exported[:] = keep
-
-
-class SharedAllocation:
-    """A live gpumem allocation on its way to another process: pickle it through multiprocessing (its file
-    descriptors travel as multiprocessing.reduction.DupFd) and call open() there. The exporting process
-    keeps `owner` (e.g. the tensor's storage) alive until every receiver has closed what it opened."""
-
-    def __init__(self, address, device, owner=None):
-        from multiprocessing.reduction import DupFd
-        lib = _load()
-        buf = ctypes.create_string_buffer(1 << 16)
-        needed = _check(lib.gpumem_ipc_export(ctypes.c_void_p(address), buf, len(buf)))
-        if needed >= len(buf):  # the library closed the descriptors of the first try
-            buf = ctypes.create_string_buffer(needed + 1)
-            _check(lib.gpumem_ipc_export(ctypes.c_void_p(address), buf, len(buf)))
-        description = json.loads(buf.value.decode())
-        per_piece = [piece.pop("fds") for piece in description["pieces"]]
-        fds = [fd for piece_fds in per_piece for fd in piece_fds]
-        try:
-            self._fds = [DupFd(fd) for fd in fds]
-        finally:
-            for fd in fds:
-                os.close(fd)
-        read_end, write_end = os.pipe()
-        try:
-            self._keepalive = DupFd(write_end)
-        finally:
-            os.close(write_end)
-        _collect_exported()
-        _exported.append((read_end, owner))
-        self._counts = [len(piece_fds) for piece_fds in per_piece]
-        self._description, self.device = description, int(device)
-        self.nbytes = description["bytes"] - description["offset"]
-
-    def open(self):
-        """In the receiving process: maps the memory here; returns an OpenedAllocation."""
-        fds = [holder.detach() for holder in self._fds]
-        try:
-            description = json.loads(json.dumps(self._description))
-            at = 0
-            for piece, n in zip(description["pieces"], self._counts):
-                piece["fds"], at = fds[at:at + n], at + n
-            out = ctypes.c_void_p()
-            _check(_load().gpumem_ipc_open(self.device, json.dumps(description).encode(), ctypes.byref(out)))
-        finally:
-            for fd in fds:
-                os.close(fd)
-        return OpenedAllocation(out.value, self.nbytes, self.device, self._keepalive.detach())
-
-
-class OpenedAllocation:
-    """Another process's gpumem memory mapped here; close() (or garbage collection) unmaps it and tells the
-    exporter. Exposes __cuda_array_interface__ so torch.as_tensor(opened, device=...) views it in place."""
-
-    def __init__(self, address, nbytes, device, keepalive_fd):
-        self.address, self.nbytes, self.device, self._keepalive = address, nbytes, device, keepalive_fd
-
-    @property
-    def __cuda_array_interface__(self):
-        return {"shape": (self.nbytes,), "typestr": "|u1", "data": (self.address, False), "version": 3,
-                "strides": None}
-
-    def close(self):
-        if self._keepalive is not None:
-            try:
-                _check(_load().gpumem_ipc_close(ctypes.c_void_p(self.address)))
-            finally:
-                os.close(self._keepalive)
-                self._keepalive = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: the process exit unmaps and closes anyway
-            pass
-
-
-def _rebuild_cuda_tensor(shared, dtype, size, stride, offset, requires_grad):
-    import torch
-    opened = shared.open()
-    raw = torch.as_tensor(opened, device=f"cuda:{shared.device}")  # holds `opened` until the storage dies
-    t = torch.empty((0,), dtype=dtype, device=raw.device).set_(raw.untyped_storage(), offset, size, stride)
-    return t.requires_grad_(requires_grad)
-
-
-def _install_ipc(torch):
-    """torch.multiprocessing shares CUDA tensors through storage._share_cuda_, which PyTorch's pluggable
-    allocator refuses: CUDA tensors gpumem allocated go through SharedAllocation instead."""
-    import torch.multiprocessing  # noqa: F401 (registers PyTorch's reductions first)
-    from multiprocessing.reduction import ForkingPickler
-    reductions = torch.multiprocessing.reductions
-    original = reductions.reduce_tensor
-
-    def reduce_tensor(tensor):
-        if tensor.is_cuda and not (tensor.requires_grad and not tensor.is_leaf):
-            storage = tensor.untyped_storage()
-            try:
-                shared = SharedAllocation(storage.data_ptr(), tensor.device.index, owner=storage)
-            except GpumemError:
-                return original(tensor)
-            torch.cuda.current_stream(tensor.device).synchronize()  # the receiver sees finished writes
-            return (_rebuild_cuda_tensor, (shared, tensor.dtype, tuple(tensor.size()), tuple(tensor.stride()),
-                                           tensor.storage_offset(), tensor.requires_grad))
-        return original(tensor)
-
-    reductions.reduce_tensor = reduce_tensor
-    for cls, fn in list(ForkingPickler._extra_reducers.items()):
-        if fn is original:
-            ForkingPickler._extra_reducers[cls] = reduce_tensor
-    torch.cuda.ipc_collect = _collect_exported
-
-
 def is_installed():
     return _installed
 
@@ -490,8 +363,9 @@ def install(patch_torch=True):
         if hasattr(raw, setter):
             getattr(raw, setter)(ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value)
     torch.cuda.memory.change_current_allocator(allocator)
-    if hasattr(torch, "multiprocessing") or _has_module("torch.multiprocessing"):
-        _install_ipc(torch)
+    if _has_module("torch.multiprocessing"):
+        import gpumem_ipc  # beside this file: CUDA tensors through torch.multiprocessing
+        gpumem_ipc.install(torch)
     lib.gpumem_torch_enable_cache_info()  # cuDNN benchmark's cacheInfo(); 0 (not found) leaves PyTorch's
     _torch_allocator = allocator
     _installed = True

@@ -7,7 +7,7 @@
 #                                    programs, stripped, into .device/gpu (ignored by git; carry it to the device).
 #   scripts/gpu-check.sh             On the GPU machine: builds the c10 shim against the torch wheel, then runs
 #                                    1 CUDA conformance  2 stream rule  3 host cost vs c10 / cudaMallocAsync /
-#                                    cudaMalloc  4 Python shim with real torch  5 training native vs gpumem vs
+#                                    cudaMalloc  3b driver call cost (bench/gpu/vmm_cost.cu)  4 Python shim with real torch  5 training native vs gpumem vs
 #                                    --limit 1.02x peak live (transformer LM, ResNet-50)  6 two processes with a
 #                                    limit each on one GPU  7 scripts/gpu-check-monitor.sh if present;
 #                                    10 PyTorch memory checks native vs gpumem  11 torch.empty host cost;
@@ -24,11 +24,11 @@ if [[ "${1:-}" == "--prepare" ]]; then
   cmake --build "$BUILD" --target gpumem gpumem_shared backend_conformance_test -j "${JOBS:-2}"
   mkdir -p "$BIN"
   LIBS="$BUILD/src/api/libgpumem_api.a $BUILD/src/trace/libgpumem_trace.a $BUILD/src/backends/libgpumem_backends.a $BUILD/src/engine/libgpumem_engine.a"
-  for prog in tests/gpu/stream_rule.cu bench/gpu/host_cost.cu; do
-    nvcc -O2 -std=c++20 -gencode arch=compute_90,code=sm_90 -Iinclude "$prog" $LIBS -ldl -o "$BIN/$(basename "$prog" .cu)"
+  for prog in tests/gpu/stream_rule.cu bench/gpu/host_cost.cu bench/gpu/vmm_cost.cu; do
+    nvcc -O2 -std=c++20 -gencode arch=compute_90,code=sm_90 -Iinclude -Isrc "$prog" $LIBS -ldl -o "$BIN/$(basename "$prog" .cu)"
   done
-  cp "$BUILD/gpumem" "$BUILD/libgpumem.so" "$BUILD/gpumem_torch.py" "$BUILD/tests/backends/backend_conformance_test" "$BIN/"
-  strip "$BIN/gpumem" "$BIN/libgpumem.so" "$BIN/backend_conformance_test" "$BIN/stream_rule" "$BIN/host_cost"
+  cp "$BUILD/gpumem" "$BUILD/libgpumem.so" "$BUILD/gpumem_torch.py" "$BUILD/gpumem_ipc.py" "$BUILD/gpumem_sitecustomize.py" "$BUILD/tests/backends/backend_conformance_test" "$BIN/"
+  strip "$BIN/gpumem" "$BIN/libgpumem.so" "$BIN/backend_conformance_test" "$BIN/stream_rule" "$BIN/host_cost" "$BIN/vmm_cost"
   du -sh "$BIN"
   exit 0
 fi
@@ -65,7 +65,7 @@ finish() {
 }
 trap finish EXIT
 
-for f in gpumem libgpumem.so gpumem_torch.py backend_conformance_test stream_rule host_cost; do
+for f in gpumem libgpumem.so gpumem_torch.py gpumem_ipc.py gpumem_sitecustomize.py backend_conformance_test stream_rule host_cost vmm_cost; do
   [[ -e $BIN/$f ]] || { echo "gpu-check: $BIN/$f is missing: run scripts/gpu-check.sh --prepare and carry $BIN"; exit 1; }
 done
 nvidia-smi -L
@@ -84,10 +84,11 @@ step "1 conformance: cuda + cuda-plain backends" 120 "$BIN/backend_conformance_t
 step "2 stream rule (record_stream, unmap wait)" 120 "$BIN/stream_rule"
 if [[ -f $WORK/c10_shim.so ]]; then SHIM=$WORK/c10_shim.so; else SHIM=""; fi
 step "3 host cost vs c10 / cudaMallocAsync / cudaMalloc" 300 "$BIN/host_cost" $SHIM --json "$RES/host_cost.json"
+step "3b driver call cost: cuMemCreate/Map/SetAccess/Unmap/Release at 2 and 16 MiB" 120 "$BIN/vmm_cost" --json "$RES/vmm_cost.json"
 step "4 python shim + gpumem run (real torch)" 300 env GPUMEM_BUILD_DIR="$PWD/$BIN" python3 -m unittest -v tests/python/test_gpumem_torch.py
 
 # 5 training: native, gpumem, gpumem with --limit 1.02x the peak live bytes gpumem saw.
-for w in lm resnet; do
+for w in ${GPU_CHECK_WORKLOADS:-lm resnet vit generate}; do
   step "5 $w native" 300 python3 bench/gpu/train.py $w --out "$RES/${w}_native.json"
   # The gpumem run also records its allocation trace, so `gpumem replay` can study it anywhere.
   step "5 $w gpumem" 300 env GPUMEM_TRACE="$RES/${w}_gpumem_trace.jsonl.gz" "$BIN/gpumem" run --report "$RES/${w}_gpumem_report.json" -- python3 bench/gpu/train.py $w --out "$RES/${w}_gpumem.json"

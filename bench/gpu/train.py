@@ -6,6 +6,10 @@ two runs are compared step by step (losses, step times, peak memory).
           {128, ..., 2048} with batch = 16384 // length (random.seed(0)).
   resnet: torchvision ResNet-50, channels_last, SGD momentum 0.9, bf16 autocast, batch drawn from
           {16, 32, 48, 64, 96, 128, 160} at 224x224 (random.seed(0)).
+  vit:    torchvision ViT-B/16, AdamW, bf16 autocast, batch drawn from {32, 64, 96, 128, 192}.
+  generate: HF GPT-2 (12 layers, d 768, random weights, fp16) `generate` with its growing KV cache: each
+          "step" is one generate call, batch from {1, 2, 4, 8, 16}, prompt {32, 100, 256, 511}, 96 new tokens;
+          its "loss" is the sum of the generated token ids (greedy decoding: equal runs give equal sums).
 
 Writes one JSON object to --out: allocator, losses, step_ms, peak_live (requested bytes), peak_allocated,
 peak_reserved. Under gpumem the stats come from gpumem_torch (install() patches torch.cuda's names)."""
@@ -53,9 +57,23 @@ def resnet_steps(steps, gen):
         yield x, y
 
 
+def vit_steps(steps, gen):
+    for _ in range(steps):
+        b = random.choice([32, 64, 96, 128, 192])
+        x = torch.randn(b, 3, 224, 224, generator=gen).cuda(non_blocking=True)
+        y = torch.randint(0, 1000, (b,), generator=gen).cuda(non_blocking=True)
+        yield x, y
+
+
+def generate_steps(steps, gen):
+    for _ in range(steps):
+        b, p = random.choice([1, 2, 4, 8, 16]), random.choice([32, 100, 256, 511])
+        yield torch.randint(0, 50000, (b, p), generator=gen).cuda(non_blocking=True), None
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("workload", choices=["lm", "resnet"])
+    ap.add_argument("workload", choices=["lm", "resnet", "vit", "generate"])
     ap.add_argument("--steps", type=int, default=0)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
@@ -73,6 +91,29 @@ def main():
         def loss_of(batch):
             x, y = batch
             return nn.functional.cross_entropy(model(x).flatten(0, 1).float(), y.flatten())
+    elif args.workload == "vit":
+        import torchvision
+        steps = args.steps or 16
+        model = torchvision.models.vit_b_16().cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        data = vit_steps(steps, gen)
+
+        def loss_of(batch):
+            x, y = batch
+            return nn.functional.cross_entropy(model(x).float(), y)
+    elif args.workload == "generate":
+        from transformers import GPT2Config, GPT2LMHeadModel
+        steps = args.steps or 10
+        model = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12)).cuda().half().eval()
+        opt = None
+        data = generate_steps(steps, gen)
+
+        def loss_of(batch):
+            ids, _ = batch
+            with torch.no_grad():
+                out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=96, min_new_tokens=96,
+                                     do_sample=False, pad_token_id=0)
+            return out[:, ids.shape[1]:].sum().float()
     else:
         import torchvision
         steps = args.steps or 20
@@ -88,11 +129,12 @@ def main():
     for batch in data:
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=opt is not None):
             loss = loss_of(batch)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        if opt is not None:
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
         step_ms.append((time.perf_counter() - t0) * 1e3)
         losses.append(loss.item())

@@ -38,9 +38,10 @@ struct AllocatorConfig {
   // Cut every map call into units of at most this size (rounded to the granularity), so that
   // empty_cache() can unmap finer. 0: one call per contiguous run of physical memory (fewest calls).
   std::size_t map_unit_bytes = 0;
-  // Stitch free pages into a new block (instead of growing) only while at most this fraction of the
-  // reserved memory is mapped but free, or when growing would cross the limit or fill the device.
-  double stitch_free_fraction = 0.25;
+  // Stitch free pages (of any stream's pool) into a new block instead of growing only while at most this
+  // fraction of the reserved memory is mapped but free, or when growing would cross the limit or fill
+  // the device. 1.0: always reuse free pages before asking the device, so peaks follow live bytes.
+  double stitch_free_fraction = 1.0;
   // Virtual address space reserved per arena; 0 = the device's total memory (an eighth for small blocks).
   std::size_t pool_va_bytes = 0;
   // Cap on reserved bytes; 0 = none.

@@ -49,9 +49,17 @@ struct BackendCallCounts {
   std::uint64_t plain_allocs = 0, plain_frees = 0;
   std::uint64_t syncs = 0;
   std::uint64_t map_bytes = 0;  // bytes put behind addresses by map(), in all
+  // The driver calls behind the calls above, each one counted: on CUDA one cuMemCreate, cuMemMap,
+  // cuMemUnmap and cuMemRelease per page (the driver maps a physical allocation only whole) and one
+  // cuMemSetAccess per map(); the sim backend counts what CUDA would do; host: one system call each.
+  std::uint64_t driver_creates = 0, driver_maps = 0, driver_unmaps = 0, driver_releases = 0, access_sets = 0;
   // Calls that acquire or give back physical memory or change mappings: what "device calls" reports.
   std::uint64_t device_calls() const {
     return creates + maps + unmaps + chunk_releases + plain_allocs + plain_frees;
+  }
+  // Every driver call that acquires, maps, unmaps, releases memory or sets access.
+  std::uint64_t driver_calls() const {
+    return driver_creates + driver_maps + driver_unmaps + driver_releases + access_sets + plain_allocs + plain_frees;
   }
 };
 

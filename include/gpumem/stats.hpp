@@ -5,7 +5,12 @@
 //  segment / reserved_bytes     : physical memory chunks held from the device
 //  inactive_split(_bytes)       : free blocks the allocator holds inside its mapped memory
 //  requested_bytes              : the sizes the program asked for, before rounding
-// Each Stat has current, peak (since the last reset_peak_stats), allocated and freed (running totals).
+// Rounding (as PyTorch): a request is rounded up to a multiple of 512 bytes; allocated_bytes counts the
+// block set aside for it, which is that rounded size, or the whole free block taken when what would be
+// left over is smaller than 512 bytes. requested_bytes counts the request itself.
+// Peaks are exact over all streams together (each is the true maximum of the total, not a sum of
+// per-stream peaks). Each Stat has current, peak (since the last reset_peak_stats), allocated and freed
+// (running totals).
 // Index 0 aggregates both pools; 1 is the small pool (requests <= 1 MiB), 2 the large pool.
 #pragma once
 #include <array>

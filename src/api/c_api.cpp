@@ -25,6 +25,7 @@ namespace {
 using namespace gpumem;
 
 using api::copy_out;
+using api::status_of_current_exception;
 using api::guarded;
 using api::guarded_size;
 using api::guarded_text;

@@ -125,12 +125,15 @@ class CudaBackend final : public Backend {
     for (std::size_t done = 0; done < bytes; done += granularity_) {
       CUmemGenericAllocationHandle handle = 0;
       CUresult r = driver().cuMemCreate(&handle, granularity_, &prop_, 0);
+      ++counts_.driver_creates;
       if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY && prop_.requestedHandleTypes != 0) {
         prop_.requestedHandleTypes = 0;  // not shareable here: plain chunks from now on
         r = driver().cuMemCreate(&handle, granularity_, &prop_, 0);
+        ++counts_.driver_creates;
       }
       if (r != CUDA_SUCCESS) {
         for (auto h : pages) driver().cuMemRelease(h);  // leave no partial state
+        counts_.driver_releases += pages.size();
         check(r, "cuMemCreate");
       }
       pages.push_back(handle);
@@ -193,6 +196,7 @@ class CudaBackend final : public Backend {
     if (it == chunks_.end()) return;
     ContextGuardNoThrow guard(context_);
     for (auto h : it->second) driver().cuMemRelease(h);  // the memory goes once its mappings are gone too
+    counts_.driver_releases += it->second.size();
     chunks_.erase(it);
     ++counts_.chunk_releases;
   }
@@ -213,13 +217,18 @@ class CudaBackend final : public Backend {
     CUresult r = CUDA_SUCCESS;
     while (mapped < n) {
       r = d.cuMemMap(CUdeviceptr(va + mapped * granularity_), granularity_, 0, it->second[first + mapped], 0);
+      ++counts_.driver_maps;
       if (r != CUDA_SUCCESS) break;
       ++mapped;
     }
     const char* failed = "cuMemMap";
-    if (r == CUDA_SUCCESS) r = d.cuMemSetAccess(CUdeviceptr(va), bytes, accesses_.data(), accesses_.size()), failed = "cuMemSetAccess";
+    if (r == CUDA_SUCCESS) {
+      r = d.cuMemSetAccess(CUdeviceptr(va), bytes, accesses_.data(), accesses_.size()), failed = "cuMemSetAccess";
+      ++counts_.access_sets;
+    }
     if (r != CUDA_SUCCESS) {
       for (std::size_t i = 0; i < mapped; ++i) d.cuMemUnmap(CUdeviceptr(va + i * granularity_), granularity_);
+      counts_.driver_unmaps += mapped;
       check(r, failed);  // leaves no partial state
     }
     mappings_.emplace(va, bytes);
@@ -232,6 +241,7 @@ class CudaBackend final : public Backend {
     ContextGuardNoThrow guard(context_);
     for (std::size_t off = 0; off < bytes; off += granularity_)
       driver().cuMemUnmap(CUdeviceptr(va + off), granularity_);
+    counts_.driver_unmaps += bytes / granularity_;
     mappings_.erase(it);
     ++counts_.unmaps;
   }

@@ -157,6 +157,7 @@ ChunkHandle HostBackend::create_chunk(std::size_t bytes) {
   ChunkHandle handle = next_chunk_++;
   chunks_.emplace(handle, Chunk{fd, bytes, 0});
   ++counts_.creates;
+  ++counts_.driver_creates;
   return handle;
 }
 
@@ -192,6 +193,7 @@ void HostBackend::release_chunk(ChunkHandle chunk) noexcept {
   if (!it->second.imported) give_capacity(it->second.bytes);
   chunks_.erase(it);
   ++counts_.chunk_releases;
+  ++counts_.driver_releases;
 }
 
 bool HostBackend::inside_reserved(DevicePtr va, std::size_t bytes) const {
@@ -230,6 +232,7 @@ void HostBackend::map(DevicePtr va, std::size_t bytes, ChunkHandle chunk, std::s
   mappings_.emplace(va, Mapping{bytes, chunk});
   ++it->second.mappings;
   ++counts_.maps;
+  ++counts_.driver_maps;
 }
 
 void HostBackend::drop_mapping(std::map<DevicePtr, Mapping>::iterator it) noexcept {
@@ -247,6 +250,7 @@ void HostBackend::unmap(DevicePtr va, std::size_t bytes) noexcept {
   }
   drop_mapping(it);
   ++counts_.unmaps;
+  ++counts_.driver_unmaps;
 }
 
 DevicePtr HostBackend::allocate(std::size_t bytes) {

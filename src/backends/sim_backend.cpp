@@ -34,6 +34,7 @@ ChunkHandle SimBackend::create_chunk(std::size_t bytes) {
     throw OutOfMemoryError("sim backend: device full: " + format_bytes(bytes) + " requested, " +
                            format_bytes(options_.capacity - used_) + " free");
   ++counts_.creates;
+  counts_.driver_creates += bytes / options_.granularity;
   used_ += bytes;
   chunks_.emplace(next_chunk_, bytes);
   return next_chunk_++;
@@ -43,6 +44,7 @@ void SimBackend::release_chunk(ChunkHandle chunk) noexcept {
   auto it = chunks_.find(chunk);
   if (it == chunks_.end()) return;
   ++counts_.chunk_releases;
+  counts_.driver_releases += it->second / options_.granularity;
   used_ -= it->second;
   chunks_.erase(it);
 }
@@ -54,6 +56,8 @@ void SimBackend::map(DevicePtr va, std::size_t bytes, ChunkHandle chunk, std::si
     throw BackendError("sim backend: map range is unaligned or outside its chunk");
   if (mappings_.count(va)) throw BackendError("sim backend: address already mapped");
   ++counts_.maps;
+  counts_.driver_maps += bytes / options_.granularity;
+  ++counts_.access_sets;
   counts_.map_bytes += bytes;
   mappings_.emplace(va, bytes);
   mapping_chunk_.emplace(va, chunk);
@@ -64,6 +68,7 @@ void SimBackend::unmap(DevicePtr va, std::size_t bytes) noexcept {
   auto it = mappings_.find(va);
   if (it == mappings_.end() || it->second != bytes) return;
   ++counts_.unmaps;
+  counts_.driver_unmaps += bytes / options_.granularity;
   mappings_.erase(it);
   auto chunk = mapping_chunk_.find(va);
   if (chunk != mapping_chunk_.end()) {

@@ -61,6 +61,9 @@ nlohmann::json to_json(const Trace& t, const ReplayResult& r, double parse_secon
       {"chunk_releases", r.calls.chunk_releases},
       {"plain_allocs", r.calls.plain_allocs},
       {"plain_frees", r.calls.plain_frees},
+      {"driver_calls", r.calls.driver_calls()},
+      {"access_sets", r.calls.access_sets},
+      {"pytorch_segment_allocs", s.recorded_segment_allocs},
       {"peak_allocated", r.peak_allocated},
       {"ooms", r.ooms},
       {"capacity", r.capacity},
@@ -107,6 +110,10 @@ void print_table(const Trace& t, const ReplayResult& r, double parse_seconds) {
   row("device calls", fmt::format("{} ({} creates, {} maps, {} unmaps)", grouped(r.calls.device_calls()),
                                   grouped(r.calls.creates), grouped(r.calls.maps), grouped(r.calls.unmaps)),
       fmt::format("{} segment allocations", s.recorded_segment_allocs));
+  row("driver calls", fmt::format("{} ({} page creates, {} page maps, {} access-settings)", grouped(r.calls.driver_calls()),
+                                  grouped(r.calls.driver_creates), grouped(r.calls.driver_maps),
+                                  grouped(r.calls.access_sets)),
+      "as CUDA would make them");
   row("OOMs", grouped(r.ooms), "");
   row("parse", milliseconds(parse_seconds), "");
   row("replay", fmt::format("{}, {:.0f} ns/event ({:.1f} M events/s)", milliseconds(r.seconds), r.ns_per_event(),
@@ -119,36 +126,47 @@ struct ReplayArgs {
   std::string path;
   std::string capacity;
   std::string page;
+  CLI::Option* capacity_option = nullptr;  // given at all (an empty value is an error, not the default)
+  CLI::Option* page_option = nullptr;
   bool json = false;
   bool min_capacity = false;
 };
 
+// The sim device models at most this much memory: beyond it sizes stop being realistic and sums overflow.
+constexpr std::uint64_t kMaxReplayCapacity = std::uint64_t(1) << 50;
+
 int run_replay(const ReplayArgs& args) {
-  std::uint64_t capacity = trace::kDefaultReplayCapacity;
-  if (!args.capacity.empty()) {
-    try {
-      capacity = parse_size(args.capacity);
-    } catch (const std::invalid_argument& e) {
-      std::fprintf(stderr, "gpumem replay: --capacity: %s\n", e.what());
-      return kExitUsage;
-    }
-    if (capacity < trace::kCapacityStep) {
-      std::fprintf(stderr, "gpumem replay: --capacity must be at least 2 MiB (the sim device's page size)\n");
-      return kExitUsage;
-    }
-  }
   std::uint64_t page = trace::kDefaultReplayPage;
-  if (!args.page.empty()) {
+  if (args.page_option->count()) {
     try {
       page = parse_size(args.page);
     } catch (const std::invalid_argument& e) {
       std::fprintf(stderr, "gpumem replay: --page: %s\n", e.what());
       return kExitUsage;
     }
-    if (page < 4096 || (page & (page - 1)) != 0) {
-      std::fprintf(stderr, "gpumem replay: --page must be a power of two of at least 4 KiB, e.g. 2MiB or 16MiB\n");
+    if (page < 4096 || page > (std::uint64_t(1) << 30) || (page & (page - 1)) != 0) {
+      std::fprintf(stderr, "gpumem replay: --page must be a power of two from 4 KiB to 1 GiB, e.g. 2MiB or 16MiB\n");
       return kExitUsage;
     }
+  }
+  std::uint64_t capacity = trace::kDefaultReplayCapacity;
+  if (args.capacity_option->count()) {
+    try {
+      capacity = parse_size(args.capacity);
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "gpumem replay: --capacity: %s\n", e.what());
+      return kExitUsage;
+    }
+    if (capacity > kMaxReplayCapacity) {
+      std::fprintf(stderr, "gpumem replay: --capacity must be at most 1 PiB\n");
+      return kExitUsage;
+    }
+    capacity = capacity / page * page;  // whole pages, as a device hands them out
+  }
+  if (capacity < page || capacity < trace::kCapacityStep) {
+    std::fprintf(stderr, "gpumem replay: --capacity must be at least one page of the sim device (%s; see --page)\n",
+                 format_bytes(std::max(page, trace::kCapacityStep)).c_str());
+    return kExitUsage;
   }
   Trace t;
   const auto parse_start = std::chrono::steady_clock::now();
@@ -166,7 +184,18 @@ int run_replay(const ReplayArgs& args) {
       std::fprintf(stderr, "probe %zu/~%zu: capacity %s: %s\n", p.number, p.estimated_total, bytes(p.capacity).c_str(),
                    p.ok ? "ok" : fmt::format("OOM at event {}", grouped(p.oom ? p.oom->event_index : 0)).c_str());
     };
-    const trace::MinCapacityResult m = trace::find_min_capacity(t, observer, page);
+    trace::MinCapacityResult m;
+    try {
+      m = trace::find_min_capacity(t, observer, page);
+    } catch (const OutOfMemoryError& e) {
+      if (args.json) print_json(nlohmann::json{{"trace", t.path}, {"min_capacity", nullptr}, {"error", e.what()}});
+      std::fflush(stdout);
+      std::fprintf(stderr, "gpumem replay: %s\n", e.what());
+      return kExitOutOfMemory;
+    } catch (const trace::TraceError& e) {
+      std::fprintf(stderr, "gpumem replay: %s\n", e.what());
+      return kExitUsage;
+    }
     if (args.json) {
       nlohmann::json j = to_json(t, m.unconstrained, parse_seconds);
       j["min_capacity"] = m.capacity;
@@ -185,7 +214,13 @@ int run_replay(const ReplayArgs& args) {
   trace::ReplayOptions options;
   options.capacity = capacity;
   options.page = page;
-  const ReplayResult r = trace::replay(t, options);
+  ReplayResult r;
+  try {
+    r = trace::replay(t, options);
+  } catch (const trace::TraceError& e) {
+    std::fprintf(stderr, "gpumem replay: %s\n", e.what());
+    return kExitUsage;
+  }
   if (args.json) {
     print_json(to_json(t, r, parse_seconds));
   } else {
@@ -203,11 +238,11 @@ int run_replay(const ReplayArgs& args) {
 CommandRunner setup_replay(CLI::App& sub) {
   auto args = std::make_shared<ReplayArgs>();
   sub.add_option("trace", args->path, "gpumem-trace file (JSON lines, plain or gzip)")->required();
-  auto* cap = sub.add_option("--capacity", args->capacity,
+  auto* cap = args->capacity_option = sub.add_option("--capacity", args->capacity,
                              "Physical memory of the simulated device, e.g. 16GiB, 1.5GB, 512MiB or bytes "
                              "(default 1TiB: effectively unbounded). An allocation that fails even after the "
                              "allocator released its cache is reported and the exit status is 3.");
-  sub.add_option("--page", args->page,
+  args->page_option = sub.add_option("--page", args->page,
                  "Page of the simulated device: what one map call covers and the unit of stitching "
                  "(default 16MiB, the CUDA backend's page)");
   sub.add_flag("--json", args->json, "Print one JSON object (keys: events, peak_requested, peak_reserved, ratio, "

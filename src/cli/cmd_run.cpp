@@ -90,6 +90,7 @@ int run(const RunOptions& args) {
   const fs::path& dir = scratch.path();
   fs::copy_file(bin / "gpumem_sitecustomize.py", dir / "sitecustomize.py");
   fs::copy_file(bin / "gpumem_torch.py", dir / "gpumem_torch.py");
+  if (fs::exists(bin / "gpumem_ipc.py")) fs::copy_file(bin / "gpumem_ipc.py", dir / "gpumem_ipc.py");  // CUDA IPC
 
   const char* old_path = std::getenv("PYTHONPATH");
   std::string pythonpath = dir.string() + (old_path && *old_path ? ":" + std::string(old_path) : "");

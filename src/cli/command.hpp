@@ -4,6 +4,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,13 @@ std::vector<std::string>& raw_arguments();
 
 // `gpumem` alone: declares --json / --watch on the main app and returns the summary's runner.
 CommandRunner setup_summary(CLI::App& app);
+// The gpumem app with every registered command (in --help order) and the runner of each.
+struct CliApp {
+  std::unique_ptr<CLI::App> app;
+  std::vector<std::pair<CLI::App*, CommandRunner>> runners;
+  CommandRunner summary;  // `gpumem` with no subcommand
+};
+CliApp make_cli_app();
 
 struct CommandRegistration {
   explicit CommandRegistration(CommandSpec spec) { command_registry().push_back(std::move(spec)); }

@@ -10,17 +10,6 @@
 #include "cli/exit_codes.hpp"
 #include "cli/output.hpp"
 
-namespace gpumem::cli {
-std::vector<CommandSpec>& command_registry() {
-  static std::vector<CommandSpec> registry;
-  return registry;
-}
-std::vector<std::string>& raw_arguments() {
-  static std::vector<std::string> args;
-  return args;
-}
-}  // namespace gpumem::cli
-
 namespace {
 // Every command ends here: output that did not reach stdout (a full disk, /dev/full) is a failure.
 int finish(const std::string& command, int code) {
@@ -34,20 +23,9 @@ int finish(const std::string& command, int code) {
 int main(int argc, char** argv) {
   using namespace gpumem::cli;
   raw_arguments().assign(argv, argv + argc);
-  CLI::App app{"gpumem: see, explain and control GPU memory"};
-  app.footer(kExitCodeHelp);
-  app.require_subcommand(0, 1);  // none: the one-shot summary
-  CommandRunner summary = setup_summary(app);
-  app.set_version_flag("--version", "gpumem 0.1.0");
-  auto& registry = command_registry();
-  std::sort(registry.begin(), registry.end(),
-            [](const CommandSpec& a, const CommandSpec& b) { return a.order < b.order; });
-  std::vector<std::pair<CLI::App*, CommandRunner>> runners;
-  for (auto& spec : registry) {
-    CLI::App* sub = app.add_subcommand(spec.name, spec.description);
-    sub->footer(kExitCodeHelp);
-    runners.emplace_back(sub, spec.setup(*sub));
-  }
+  CliApp cli = make_cli_app();
+  CLI::App& app = *cli.app;
+  const auto& registry = command_registry();
   // CLI11 would say only "A subcommand is required" for a word it does not know.
   const bool known = argc > 1 && std::any_of(registry.begin(), registry.end(),
                                              [&](const CommandSpec& spec) { return spec.name == argv[1]; });
@@ -70,7 +48,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "Run 'gpumem --help' for usage.\n");
     return kExitUsage;
   }
-  for (auto& [sub, run] : runners) {
+  for (auto& [sub, run] : cli.runners) {
     if (!sub->parsed()) continue;
     int code;
     try {
@@ -82,7 +60,7 @@ int main(int argc, char** argv) {
     return finish(sub->get_name(), code);
   }
   try {
-    return summary();
+    return cli.summary();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpumem: %s\n", e.what());
     return kExitFailure;

@@ -34,6 +34,7 @@ struct Allocator::Impl {
   std::atomic<std::size_t> pool_count{0};
   std::deque<std::unique_ptr<StreamPool>> owned_pools;
   std::atomic<std::int64_t> alloc_retries{0}, ooms{0}, invalid_frees{0}, sync_all{0};
+  engine::SharedPoolStats shared_stats;  // fed by every pool once a second one exists: exact peaks
   std::mutex handler_mutex;
   ErrorHandler error_handler;
   engine::PrivatePools privates{[this](StreamId s) { return add_pool(s, true); }};
@@ -41,6 +42,10 @@ struct Allocator::Impl {
 
   Impl(std::shared_ptr<Backend> b, AllocatorConfig c) : backend(std::move(b)), config(c), physical(*backend) {
     physical.set_limit(config.limit_bytes);
+    physical.set_foreign_lender(
+        [this](std::size_t bytes, const void* asking, std::vector<engine::Piece>& out) {
+          return lend_from_other_pools(bytes, asking, out);
+        });
   }
   ~Impl() {
     owned_pools.clear();  // arenas give their pieces back before the chunks are released
@@ -89,6 +94,12 @@ struct Allocator::Impl {
     if (n == kMaxPools) throw Error("gpumem: more than 1024 streams and private pools allocate on one device");
     owned_pools.push_back(std::make_unique<StreamPool>(*backend, physical, config, stream, privates.captures(), graph));
     StreamPool* p = owned_pools.back().get();
+    if (n == 1) {  // the first pool's peaks were the true ones so far: they seed the shared totals
+      StreamPool* first = pool_at(0);
+      std::lock_guard first_lock(first->lock());
+      first->share_stats(shared_stats, true);
+    }
+    if (n >= 1) p->share_stats(shared_stats, false);
     pools[n].store(p, std::memory_order_release);
     pool_count.store(n + 1, std::memory_order_release);
     return p;
@@ -116,6 +127,22 @@ struct Allocator::Impl {
       }
     }
     return false;
+  }
+
+  // Called by a growing arena with its pool's lock and the physical mutex held: a pool busy elsewhere
+  // (try_lock fails) is skipped, so two growing pools never wait for each other. Private (graph) pools
+  // never lend, and nothing is lent during a capture (lending waits for the lending stream).
+  std::size_t lend_from_other_pools(std::size_t bytes, const void* asking, std::vector<engine::Piece>& out) {
+    if (privates.capturing()) return 0;
+    std::size_t lent = 0;
+    std::size_t n = count();
+    for (std::size_t i = 0; i < n && lent < bytes; ++i) {
+      StreamPool* p = pool_at(i);
+      if (p->owns_arena(asking) || p->is_graph_pool() || !p->lock().try_lock()) continue;
+      lent += p->lend_to_other_stream(bytes - lent, out);
+      p->lock().unlock();
+    }
+    return lent;
   }
 
   // Gives back every cached byte, except the memory of private pools still in use (a graph replays into
@@ -330,14 +357,13 @@ std::size_t Allocator::limit() const {
 DeviceStats Allocator::Impl::collect_stats() {
   DeviceStats out;
   std::size_t n = count();
-  auto add = [n](StatArray& into, const engine::SplitStat& split) {
+  auto add = [](StatArray& into, const engine::SplitStat& split) {
     StatArray from = split.get_all();
     for (int k = 0; k < 3; ++k) {
       into[k].current += from[k].current;
       into[k].allocated += from[k].allocated;
       into[k].freed += from[k].freed;
-      // Exact for one stream; with several, the sum of per-stream peaks bounds the true peak.
-      into[k].peak = (n == 1) ? from[k].peak : into[k].peak + from[k].peak;
+      into[k].peak = from[k].peak;  // one pool; with several, the shared peaks replace it below
     }
   };
   for (std::size_t i = 0; i < n; ++i) {
@@ -351,6 +377,20 @@ DeviceStats Allocator::Impl::collect_stats() {
     add(out.active_bytes, s.active_bytes);
     add(out.inactive_split_bytes, s.inactive_split_bytes);
     add(out.requested_bytes, s.requested_bytes);
+  }
+  if (n > 1) {
+    auto peaks = [](StatArray& into, const engine::SharedSplit& shared) {
+      into[kAggregatePool].peak = shared.all_peak();
+      into[kSmallPool].peak = shared.peak(0);
+      into[kLargePool].peak = shared.peak(1);
+    };
+    peaks(out.allocation, shared_stats.allocation);
+    peaks(out.active, shared_stats.active);
+    peaks(out.inactive_split, shared_stats.inactive_split);
+    peaks(out.allocated_bytes, shared_stats.allocated_bytes);
+    peaks(out.active_bytes, shared_stats.active_bytes);
+    peaks(out.inactive_split_bytes, shared_stats.inactive_split_bytes);
+    peaks(out.requested_bytes, shared_stats.requested_bytes);
   }
   std::lock_guard lock(physical.mutex());
   out.segment = physical.segment_stats();
@@ -376,6 +416,7 @@ void Allocator::reset_peak_stats() {
     std::lock_guard lock(p->lock());
     p->reset_peaks();
   }
+  impl_->shared_stats.for_each([](engine::SharedSplit& s) { s.reset_peak(); });
   std::lock_guard lock(impl_->physical.mutex());
   impl_->physical.reset_peaks();
 }

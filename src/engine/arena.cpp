@@ -84,6 +84,7 @@ Block* Arena::grow_virtual(std::size_t size) {
     if (!stitching_) return;
     if (got < need) got += lend(need - got, tail, pieces);
     if (got < need && sibling_) got += sibling_->lend(need - got, nullptr, pieces);
+    if (got < need) got += physical_.lend_foreign(need - got, this, pieces);
   };
   if (tight) stitch();
   if (got < need) {

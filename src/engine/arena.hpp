@@ -56,6 +56,9 @@ class Arena {
   // Unmaps every fully free mapped range (VMM) or frees every fully free segment (plain).
   // Returns the bytes of physical memory that became unused.
   std::size_t release_cached();
+  // Stitching for another stream's pool: lends like lend() below, after waiting for this arena's
+  // stream (its free blocks may still be read by work queued there). Returns bytes lent.
+  std::size_t lend_to_other_stream(std::size_t bytes, std::vector<Piece>& out);
 
   bool small_pool() const noexcept { return small_; }
   // The other arena of the same pool: when growing, its fully free pages are taken too.
@@ -92,7 +95,7 @@ class Arena {
   // Stitching: hands the physical memory behind free, page-aligned ranges (never inside `keep`) to
   // `out`, largest first, until `bytes` are covered, leaving holes where it was. The memory stays
   // mapped there too, unused: lending needs no unmap and no synchronisation. Returns bytes lent.
-  std::size_t lend(std::size_t bytes, const Block* keep, std::vector<Piece>& out);
+  std::size_t lend(std::size_t bytes, const Block* keep, std::vector<Piece>& out, bool sync_first = false);
   void collect_physical(DevicePtr start, std::size_t bytes, std::vector<Piece>& out) const;
   // Unmaps every mapping under which no block is in use; returns the bytes that became free pieces.
   std::size_t unmap_unused();

@@ -9,21 +9,38 @@ namespace {
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 }  // namespace
 
-std::size_t Arena::lend(std::size_t bytes, const Block* keep, std::vector<Piece>& out) {
+std::size_t Arena::lend_to_other_stream(std::size_t bytes, std::vector<Piece>& out) {
+  return lend(bytes, nullptr, out, true);
+}
+
+std::size_t Arena::lend(std::size_t bytes, const Block* keep, std::vector<Piece>& out, bool sync_first) {
   struct Candidate {
     Block* block;
     DevicePtr start;
     std::size_t bytes;
   };
   std::vector<Candidate> candidates;
-  free_.for_each_at_least(granularity_, [&](Block* b) {
-    if (b == keep || b->region->plain) return;
+  // The largest size classes first, only until they cover the need: a stitch costs no full scan.
+  std::size_t covered = 0;
+  free_.for_each_largest_first(granularity_, [&](Block* b) {
+    if (b == keep || b->region->plain) return false;
     DevicePtr start = round_up(b->addr, granularity_), end = b->end() / granularity_ * granularity_;
-    if (end > start) candidates.push_back({b, start, end - start});
+    if (end <= start) return false;
+    candidates.push_back({b, start, end - start});
+    covered += end - start;
+    return covered >= bytes;
   });
   // Fewest map calls: the largest free ranges first, the last one only as far as needed.
   std::sort(candidates.begin(), candidates.end(),
             [](const Candidate& a, const Candidate& b) { return a.bytes > b.bytes; });
+  if (candidates.empty()) return 0;
+  if (sync_first) {
+    try {
+      backend_.synchronize_stream(stream_);
+    } catch (...) {
+      return 0;  // cannot tell when the stream is done: lend nothing
+    }
+  }
   std::size_t lent = 0;
   for (const Candidate& c : candidates) {
     if (lent >= bytes) break;

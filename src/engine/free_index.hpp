@@ -74,14 +74,21 @@ class FreeIndex {
     return best_in_list(heads_[fl][sl], 0, 4);
   }
 
-  // Calls fn(block) for every free block of at least `min_size` bytes (and some a little smaller).
+  // Calls fn(block) for free blocks of at least `min_size` bytes (and some a little smaller), largest
+  // classes first, until fn returns true.
   template <typename Fn>
-  void for_each_at_least(std::size_t min_size, Fn&& fn) const {
-    auto [fl0, sl0] = class_of(min_size);
-    for (int fl = fl0; fl < 64; ++fl) {
-      if (!(first_bits_ & (std::uint64_t(1) << fl))) continue;
-      for (int sl = (fl == fl0 ? sl0 : 0); sl < kSecondLevels; ++sl)
-        for (Block* b = heads_[fl][sl]; b; b = b->free_next) fn(b);
+  void for_each_largest_first(std::size_t min_size, Fn&& fn) const {
+    const int fl0 = class_of(min_size).fl;
+    for (std::uint64_t fl_bits = first_bits_; fl_bits;) {
+      const int fl = 63 - std::countl_zero(fl_bits);
+      if (fl < fl0) return;
+      fl_bits &= ~(std::uint64_t(1) << fl);
+      for (std::uint32_t sl_bits = second_bits_[fl]; sl_bits;) {
+        const int sl = 31 - std::countl_zero(sl_bits);
+        sl_bits &= ~(1u << sl);
+        for (Block* b = heads_[fl][sl]; b; b = b->free_next)
+          if (fn(b)) return;
+      }
     }
   }
 

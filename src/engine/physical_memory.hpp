@@ -3,6 +3,7 @@
 // and the segment / reserved statistics. Every method requires mutex() to be held.
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -48,6 +49,13 @@ class PhysicalMemory {
   DevicePtr allocate_segment(std::size_t bytes, bool small_pool);
   void free_segment(DevicePtr ptr, std::size_t bytes, bool small_pool) noexcept;
 
+  // Stitching across streams: asked (with mutex() held) for up to `bytes` of pages behind free ranges of
+  // the pools other than `asking`'s; the allocator installs it. Returns the bytes added to `out`.
+  using ForeignLender = std::function<std::size_t(std::size_t bytes, const void* asking, std::vector<Piece>& out)>;
+  void set_foreign_lender(ForeignLender lender) { foreign_lender_ = std::move(lender); }
+  std::size_t lend_foreign(std::size_t bytes, const void* asking, std::vector<Piece>& out) {
+    return foreign_lender_ ? foreign_lender_(bytes, asking, out) : 0;
+  }
   ChunkHandle handle_of(std::size_t chunk) const { return chunks_[chunk].handle; }
   std::size_t bytes_of(std::size_t chunk) const { return chunks_[chunk].bytes; }
 
@@ -83,6 +91,7 @@ class PhysicalMemory {
   std::size_t limit_ = 0;
   StatArray segment_{}, reserved_bytes_{};
   std::int64_t device_allocs_ = 0, device_frees_ = 0;
+  ForeignLender foreign_lender_;
 };
 
 }  // namespace gpumem::engine

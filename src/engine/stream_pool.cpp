@@ -192,6 +192,15 @@ std::size_t StreamPool::release_cached() {
   return released;
 }
 
+std::size_t StreamPool::lend_to_other_stream(std::size_t bytes, std::vector<Piece>& out) {
+  flush_parked();
+  std::size_t lent = large_.lend_to_other_stream(bytes, out);
+  if (lent < bytes) lent += small_.lend_to_other_stream(bytes - lent, out);
+  refresh_inactive_split(true);
+  refresh_inactive_split(false);
+  return lent;
+}
+
 Block* StreamPool::allocate_at(DevicePtr addr, std::size_t size, std::size_t requested) {
   flush_parked();
   bool small = requested <= kSmallRequestLimit;

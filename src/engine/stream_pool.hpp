@@ -37,6 +37,10 @@ class StreamPool {
   // Returns freed-but-pending blocks whose streams are done; with `wait`, waits for them first.
   void process_pending(bool wait) noexcept;
   std::size_t release_cached();
+  // Lends pages behind this pool's free ranges to another stream's pool (see Arena); requires lock()
+  // and PhysicalMemory's mutex held. Returns bytes lent.
+  std::size_t lend_to_other_stream(std::size_t bytes, std::vector<Piece>& out);
+  bool owns_arena(const void* arena) const noexcept { return arena == &small_ || arena == &large_; }
   bool has_pending() const noexcept { return !pending_.empty(); }
   std::size_t live_blocks() const noexcept { return live_.size(); }
   std::size_t mapped_bytes() const noexcept { return small_.mapped_bytes() + large_.mapped_bytes(); }
@@ -52,6 +56,8 @@ class StreamPool {
   bool is_freed_block(DevicePtr ptr) const noexcept;
 
   const PoolStats& stats() const noexcept { return stats_; }
+  // Requires lock() held (or the pool not yet published).
+  void share_stats(SharedPoolStats& shared, bool seed) noexcept { stats_.share(shared, seed); }
   void reset_peaks() noexcept;
   void reset_accumulated() noexcept;
   std::size_t largest_free() const noexcept;

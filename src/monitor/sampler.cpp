@@ -78,7 +78,6 @@ GpuSample sample_gpu(const nvml::Nvml& nvml, const GpuRef& ref, bool processes) 
   if (auto b = nvml.bar1_memory(d)) s.bar1_used = b->used;
   s.ecc_corrected = opt(nvml.ecc_errors(d, nvml::abi::kEccCorrected, nvml::abi::kEccVolatile));
   s.ecc_uncorrected = opt(nvml.ecc_errors(d, nvml::abi::kEccUncorrected, nvml::abi::kEccVolatile));
-  s.pcie_replays = opt(nvml.uint_property(d, &nvml::Functions::pcie_replay));
   if (processes) read_processes(nvml, ref, s);
   return s;
 }

@@ -96,7 +96,6 @@ void Library::resolve() {
   bind(h, fn_.pcie_gen_max, {"nvmlDeviceGetMaxPcieLinkGeneration"});
   bind(h, fn_.pcie_width_current, {"nvmlDeviceGetCurrPcieLinkWidth"});
   bind(h, fn_.pcie_width_max, {"nvmlDeviceGetMaxPcieLinkWidth"});
-  bind(h, fn_.pcie_replay, {"nvmlDeviceGetPcieReplayCounter"});
   bind(h, fn_.enforced_power_limit, {"nvmlDeviceGetEnforcedPowerLimit"});
   bind(h, fn_.default_power_limit, {"nvmlDeviceGetPowerManagementDefaultLimit"});
   bind(h, fn_.power_limit_constraints, {"nvmlDeviceGetPowerManagementLimitConstraints"});

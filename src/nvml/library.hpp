@@ -62,7 +62,6 @@ struct Functions {
   Return (*pcie_gen_max)(Device, unsigned*) = nullptr;
   Return (*pcie_width_current)(Device, unsigned*) = nullptr;
   Return (*pcie_width_max)(Device, unsigned*) = nullptr;
-  Return (*pcie_replay)(Device, unsigned*) = nullptr;
   Return (*enforced_power_limit)(Device, unsigned*) = nullptr;
   Return (*default_power_limit)(Device, unsigned*) = nullptr;
   Return (*power_limit_constraints)(Device, unsigned*, unsigned*) = nullptr;

@@ -83,6 +83,8 @@ class Cursor {
   bool unsigned_integer(const char* field, std::uint64_t& out) {
     if (peek('-')) return fail(std::string("negative ") + field);
     if (p_ == end_ || *p_ < '0' || *p_ > '9') return fail(std::string("field \"") + field + "\" is not a number" + found());
+    if (*p_ == '0' && p_ + 1 != end_ && p_[1] >= '0' && p_[1] <= '9')
+      return fail(std::string("field \"") + field + "\" has a leading zero (not a JSON number)");
     std::uint64_t value = 0;
     while (p_ != end_ && *p_ >= '0' && *p_ <= '9') {
       const std::uint64_t digit = std::uint64_t(*p_ - '0');
@@ -105,9 +107,30 @@ class Cursor {
     const char* start = p_;
     while (p_ != end_ && *p_ != '\0' && std::strchr("+-.0123456789eEtruefalsn", *p_) != nullptr) ++p_;
     const std::string_view word(start, p_ - start);
-    if (word.empty() || (word[0] >= 'a' && word != "true" && word != "false" && word != "null"))
+    if (word.empty() || (word[0] >= 'a' && word != "true" && word != "false" && word != "null") ||
+        (word[0] < 'a' && !json_number(word)))
       return fail("field \"" + printable_excerpt(key) + "\" has a value that is not a plain JSON scalar");
     return true;
+  }
+
+  // RFC 8259: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+  static bool json_number(std::string_view w) {
+    std::size_t i = 0;
+    auto digits = [&] {
+      const std::size_t from = i;
+      while (i < w.size() && w[i] >= '0' && w[i] <= '9') ++i;
+      return i - from;
+    };
+    if (i < w.size() && w[i] == '-') ++i;
+    if (i < w.size() && w[i] == '0') ++i;
+    else if (digits() == 0) return false;
+    if (i < w.size() && w[i] == '.' && (++i, digits() == 0)) return false;
+    if (i < w.size() && (w[i] == 'e' || w[i] == 'E')) {
+      ++i;
+      if (i < w.size() && (w[i] == '+' || w[i] == '-')) ++i;
+      if (digits() == 0) return false;
+    }
+    return i == w.size();
   }
 
  private:

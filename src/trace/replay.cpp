@@ -75,6 +75,12 @@ ReplayResult replay(const Trace& trace, const ReplayOptions& options) {
                                   s.stream};
         }
         if (options.stop_at_first_oom) break;
+      } catch (const OutOfMemoryError&) {
+        throw;
+      } catch (const Error& e) {  // a limit of the allocator (streams per device, ...): name the line
+        std::string why = e.what();
+        if (why.rfind("gpumem: ", 0) == 0) why.erase(0, 8);
+        throw TraceError(trace.path, trace.events[s.event].line, "the allocator refused this event: " + why);
       }
     } else if (void* p = ptrs[s.block]) {
       allocator.deallocate(p, s.stream);

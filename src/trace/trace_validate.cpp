@@ -34,10 +34,14 @@ void validate_trace(Trace& trace) {
 
   std::unordered_map<std::uint64_t, LiveBlock> live;
   live.reserve(1024);
+  std::unordered_map<std::uint64_t, std::uint32_t> freed_at;  // no free_completed: address -> line of its free
   std::uint64_t requested = 0;
   std::int64_t reserved = 0, reserved_peak = 0;
   for (std::size_t i = 0; i < trace.events.size(); ++i) {
     Event& e = trace.events[i];
+    if (i > 0 && e.t < trace.events[i - 1].t)
+      fail(e, "time goes backwards (t " + std::to_string(e.t) + " after t " + std::to_string(trace.events[i - 1].t) +
+                  " on line " + std::to_string(trace.events[i - 1].line) + "); events must be in the order they happened");
     switch (e.op) {
       case Op::alloc: {
         if (s.allocs >= UINT32_MAX) fail(e, "the trace has more than 2^32 allocations");
@@ -49,6 +53,7 @@ void validate_trace(Trace& trace) {
                                    : "allocated (alloc on line " + std::to_string(b.alloc_line) + ")"));
         }
         e.block = std::uint32_t(s.allocs++);
+        freed_at.erase(e.addr);
         if (__builtin_add_overflow(requested, e.size, &requested)) fail(e, "the live requested bytes overflow 64 bits");
         if (requested > s.peak_requested) {
           s.peak_requested = requested;
@@ -59,7 +64,11 @@ void validate_trace(Trace& trace) {
       case Op::free: {
         ++s.frees;
         const auto it = live.find(e.addr);
-        if (it == live.end()) fail(e, "free of address " + hex(e.addr) + " which is not allocated");
+        if (it == live.end()) {
+          if (const auto f = freed_at.find(e.addr); f != freed_at.end())
+            fail(e, "double free: address " + hex(e.addr) + " was already freed on line " + std::to_string(f->second));
+          fail(e, "free of address " + hex(e.addr) + " which is not allocated");
+        }
         LiveBlock& b = it->second;
         if (b.free_line) fail(e, "free of address " + hex(e.addr) + " which was already freed on line " + std::to_string(b.free_line));
         if (e.size != b.size)
@@ -70,6 +79,7 @@ void validate_trace(Trace& trace) {
           b.free_line = e.line;
         } else {
           requested -= b.size;
+          freed_at[e.addr] = e.line;
           live.erase(it);
         }
         break;

@@ -426,6 +426,12 @@ TEST_P(BackendConformance, CountsEveryDeviceCall) {
     EXPECT_EQ(n.unmaps, 1u);
     EXPECT_EQ(n.chunk_releases, 1u);
     EXPECT_EQ(n.device_calls(), 6u);
+    // One page: one driver call of each kind, plus at most one access-setting call.
+    EXPECT_EQ(n.driver_creates, 1u);
+    EXPECT_EQ(n.driver_maps, 1u);
+    EXPECT_EQ(n.driver_unmaps, 1u);
+    EXPECT_EQ(n.driver_releases, 1u);
+    EXPECT_LE(n.access_sets, 1u);
   } else {
     EXPECT_EQ(n.device_calls(), 2u);
   }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -180,7 +181,7 @@ TEST_F(ReplayCli, BadInputExitsTwoWithOneSentence) {
       {{(dir_ / "absent.jsonl.gz").string()}, "cannot open the trace"},
       {{good, "--capacity", "lots"}, "invalid size \"lots\""},
       {{good, "--capacity", "-1GiB"}, "cannot be negative"},
-      {{good, "--capacity", "1MiB"}, "at least 2 MiB"},
+      {{good, "--capacity", "1MiB"}, "at least one page of the sim device (16.00 MiB"},
       {{good, "--page", "3MiB"}, "power of two"},
       {{good, "--no-such-flag"}, "no-such-flag"},
       {{good, "--capacity", "1GiB", "--min-capacity"}, "excludes"},
@@ -228,5 +229,39 @@ INSTANTIATE_TEST_SUITE_P(Readme, ReplaySharedTraces,
                          ::testing::Values(SharedCase{"transformer_varlen.jsonl.gz", 14303845512ull, 1.01},
                                            SharedCase{"resnet_varbatch.jsonl.gz", 7489264912ull, 1.01}),
                          [](const auto& info) { return std::string(info.param.file).substr(0, std::string(info.param.file).find('_')); });
+
+// Integer edges and misuse of replay's options: each a usage error (2) or an OOM (3), with one sentence.
+TEST_F(ReplayCli, OptionEdgesAreUsageErrorsAndHugeRequestsAreOutOfMemory) {
+  const std::string header = R"({"format": "gpumem-trace", "version": 1})";
+  const std::string huge = write("huge.jsonl", header + "\n" +
+                                                   R"({"t": 1, "op": "alloc", "addr": 4096, "size": 3000000000000, "stream": 0})" "\n");
+  auto m = gpumem({"--min-capacity", "--json", huge});
+  EXPECT_EQ(m.status, 3) << m.err;
+  auto doc = nlohmann::json::parse(m.out);
+  EXPECT_TRUE(doc["min_capacity"].is_null());
+  EXPECT_NE(doc["error"].get<std::string>().find("does not replay"), std::string::npos);
+
+  std::string many = header + "\n";
+  for (int i = 0; i < 1100; ++i)
+    many += "{\"t\": " + std::to_string(i) + ", \"op\": \"alloc\", \"addr\": " + std::to_string(4096 * (i + 1)) +
+            ", \"size\": 512, \"stream\": " + std::to_string(i + 1) + "}\n";
+  auto streams = gpumem({write("streams.jsonl", many)});
+  EXPECT_EQ(streams.status, 2) << streams.err;
+  EXPECT_NE(streams.err.find(": line 1026: "), std::string::npos) << streams.err;
+
+  const std::vector<std::vector<std::string>> usage = {
+      {"--page", "2TiB"}, {"--page", "3MiB"}, {"--page", ""}, {"--capacity", ""}, {"--capacity", "18446744073709551615"},
+      {"--capacity", "1MiB"}, {"--capacity", "8MiB"} /* below the default 16 MiB page */};
+  for (auto args : usage) {
+    const std::string shown = args[0] + " [" + args[1] + "]";
+    args.push_back(huge);
+    auto r = gpumem(args);
+    EXPECT_EQ(r.status, 2) << shown << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << shown << ": " << r.err;
+  }
+  auto page_named = gpumem({"--capacity", "8MiB", huge});
+  EXPECT_NE(page_named.err.find("16.00 MiB"), std::string::npos) << page_named.err;
+  EXPECT_EQ(gpumem({"--capacity", "8MiB", "--page", "2MiB", huge}).status, 3);
+}
 
 }  // namespace

@@ -68,7 +68,8 @@ TEST(AllocatorBasic, FreePagesAreStitchedIntoANewLargeBlock) {
 
 TEST(AllocatorBasic, WithMuchMemoryFreeItGrowsInsteadOfStitching) {
   AllocatorConfig c;
-  c.min_chunk_bytes = 2 * kMiB;  // stitch_free_fraction keeps its default, 0.25
+  c.min_chunk_bytes = 2 * kMiB;
+  c.stitch_free_fraction = 0.25;  // grow while a quarter of the reserved memory is free (default: 1.0)
   auto backend = sim();
   Allocator a(backend, c);
   void* x = a.allocate(64 * kMiB, 0);

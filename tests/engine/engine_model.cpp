@@ -27,16 +27,10 @@ ReferenceModel::~ReferenceModel() {
 
 void ReferenceModel::account(const ModelBlock& b, bool allocated) {
   const std::int64_t v[kWhich] = {1, std::int64_t(b.size), std::int64_t(b.requested)};
-  auto& mine = per_stream_[b.stream];
   for (int w = 0; w < kWhich; ++w)
     for (int k : {int(kAggregatePool), b.kind}) {
-      if (allocated) {
-        totals_[w][k].add(v[w]);
-        mine[w][k].add(v[w]);
-      } else {
-        totals_[w][k].sub(v[w]);
-        mine[w][k].sub(v[w]);
-      }
+      if (allocated) totals_[w][k].add(v[w]);
+      else totals_[w][k].sub(v[w]);
     }
 }
 
@@ -129,9 +123,6 @@ void ReferenceModel::on_empty_cache() {
 void ReferenceModel::on_reset_peaks() {
   for (auto& w : totals_)
     for (Counter& c : w) c.peak = c.current;
-  for (auto& [stream, counters] : per_stream_)
-    for (auto& w : counters)
-      for (Counter& c : w) c.peak = c.current;
 }
 
 void ReferenceModel::on_reset_accumulated() {
@@ -163,17 +154,14 @@ std::string ReferenceModel::check_stats(bool right_after_reset) {
     for (int k = 0; k < 3; ++k) {
       const Stat& got = (*engine[w])[k];
       const Counter& want = totals_[w][k];
-      std::int64_t peak_bound = 0;  // per-stream peaks summed: what a per-stream engine may report
-      for (const auto& [stream, counters] : per_stream_) peak_bound += counters[w][k].peak;
       const std::string name = std::string(names[w]) + "." + kind_name(k);
       if (got.current != want.current)
         return name + ".current is " + std::to_string(got.current) + ", expected " + std::to_string(want.current);
       if (got.allocated != want.allocated || got.freed != want.freed)
         return name + ".allocated/freed are " + std::to_string(got.allocated) + "/" + std::to_string(got.freed) +
                ", expected " + std::to_string(want.allocated) + "/" + std::to_string(want.freed);
-      if (got.peak < want.peak || got.peak > peak_bound)
-        return name + ".peak is " + std::to_string(got.peak) + ", expected " + std::to_string(want.peak) +
-               (peak_bound != want.peak ? " (at most " + std::to_string(peak_bound) + " summed over streams)" : "");
+      if (got.peak != want.peak)  // exact over all streams together
+        return name + ".peak is " + std::to_string(got.peak) + ", expected " + std::to_string(want.peak);
     }
 
   // Active: live blocks, plus pending ones that are still busy for sure, plus (maybe) those whose

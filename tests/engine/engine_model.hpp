@@ -81,7 +81,6 @@ class ReferenceModel {
   std::vector<Pending> pending_;                          // since the last empty_cache
   std::map<DevicePtr, std::pair<DevicePtr, std::uint64_t>> occupied_;  // addr -> (end, id)
   Counter totals_[kWhich][3];                             // whole allocator, [which][pool kind]
-  std::map<StreamId, std::array<std::array<Counter, 3>, kWhich>> per_stream_;  // for peak bounds
   std::uint64_t ooms_ = 0;
 };
 

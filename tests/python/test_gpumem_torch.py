@@ -281,6 +281,7 @@ class TorchMemoryApi(unittest.TestCase):
 
 IPC_PROGRAM = """
 import ctypes, multiprocessing as mp, sys
+import gpumem_ipc
 import gpumem_torch as gt
 
 MiB = 1 << 20
@@ -307,20 +308,20 @@ if __name__ == "__main__":
     queue, done = ctx.Queue(), ctx.Queue()
     proc = ctx.Process(target=child, args=(queue, done))
     proc.start()
-    shared = gt.SharedAllocation(p, 0, owner="the storage")
+    shared = gpumem_ipc.SharedAllocation(p, 0, owner="the storage")
     assert len(shared._description["pieces"]) >= 2, shared._description
     queue.put(shared)
     count, nbytes, address = done.get(timeout=60)
     assert count == 3 * MiB and nbytes >= 3 * MiB and address != p, (count, nbytes)
     assert ctypes.string_at(p + MiB, MiB) == b"\\x33" * MiB
-    gt._collect_exported()
-    assert [owner for _, owner in gt._exported] == ["the storage"], gt._exported   # receiver still holds it
+    gpumem_ipc._collect_exported()
+    assert [owner for _, owner in gpumem_ipc._exported] == ["the storage"], gpumem_ipc._exported   # receiver still holds it
     queue.put("let go")
     assert done.get(timeout=60) == "closed"
     proc.join(60)
     assert proc.exitcode == 0, proc.exitcode
-    gt._collect_exported()
-    assert gt._exported == [], gt._exported
+    gpumem_ipc._collect_exported()
+    assert gpumem_ipc._exported == [], gpumem_ipc._exported
     print("OK")
 """
 
@@ -336,8 +337,14 @@ class SharingBetweenProcesses(unittest.TestCase):
                 f.write(IPC_PROGRAM)
             env = dict(os.environ, PYTHONPATH=BUILD)
             r = subprocess.run([sys.executable, prog, "spawn"], env=env, capture_output=True, text=True, timeout=120)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("OK", r.stdout)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("OK", r.stdout)
+            # Under `gpumem run` the spawned child finds gpumem_ipc through the run's PYTHONPATH alone.
+            env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GPUMEM_LIBRARY")}
+            r = subprocess.run([GpumemRun.GPUMEM, "run", "-q", "--backend", "host", "--", sys.executable, prog,
+                                "spawn"], env=env, capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("OK", r.stdout)
 
 
 def _real_torch_cuda():
