@@ -77,7 +77,6 @@ void Library::resolve() {
   bind(h, fn_.utilization, {"nvmlDeviceGetUtilizationRates"});
   bind(h, fn_.power_usage, {"nvmlDeviceGetPowerUsage"});
   bind(h, fn_.total_energy, {"nvmlDeviceGetTotalEnergyConsumption"});
-  bind(h, fn_.pcie_replay_counter, {"nvmlDeviceGetPcieReplayCounter"});
   bind(h, fn_.power_limit, {"nvmlDeviceGetPowerManagementLimit"});
   bind(h, fn_.clock, {"nvmlDeviceGetClockInfo"});
   bind(h, fn_.max_clock, {"nvmlDeviceGetMaxClockInfo"});

@@ -43,7 +43,6 @@ struct Functions {
   Return (*power_usage)(Device, unsigned*) = nullptr;
   Return (*power_limit)(Device, unsigned*) = nullptr;
   Return (*total_energy)(Device, unsigned long long*) = nullptr;
-  Return (*pcie_replay_counter)(Device, unsigned*) = nullptr;
   Return (*clock)(Device, unsigned, unsigned*) = nullptr;
   Return (*max_clock)(Device, unsigned, unsigned*) = nullptr;
   Return (*fan_speed)(Device, unsigned*) = nullptr;

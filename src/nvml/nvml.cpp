@@ -114,10 +114,6 @@ Reading<unsigned long long> Nvml::total_energy_mj(Device d) const {
   return read_scalar<unsigned long long>(lib_->fn().total_energy, d);
 }
 
-Reading<unsigned> Nvml::pcie_replay_counter(Device d) const {
-  return read_scalar<unsigned>(lib_->fn().pcie_replay_counter, d);
-}
-
 Reading<unsigned> Nvml::clock_mhz(Device d, unsigned type) const {
   return read_scalar<unsigned>(lib_->fn().clock, d, type);
 }

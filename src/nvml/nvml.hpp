@@ -75,7 +75,6 @@ class Nvml {
   Reading<unsigned> power_mw(Device d) const;
   Reading<unsigned> power_limit_mw(Device d) const;
   Reading<unsigned long long> total_energy_mj(Device d) const;  // since the driver loaded (Volta+)
-  Reading<unsigned> pcie_replay_counter(Device d) const;
   Reading<unsigned> clock_mhz(Device d, unsigned clock_type) const;
   Reading<unsigned> max_clock_mhz(Device d, unsigned clock_type) const;
   Reading<unsigned> fan_percent(Device d) const;

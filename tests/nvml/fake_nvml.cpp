@@ -354,7 +354,6 @@ EXPORT abi::Return nvmlDeviceGetPowerUsage(abi::Device d, unsigned* p) { return 
 EXPORT abi::Return nvmlDeviceGetTotalEnergyConsumption(abi::Device d, unsigned long long* e) {
   return value_as(d, "energy_mj", e, "123456789");
 }
-EXPORT abi::Return nvmlDeviceGetPcieReplayCounter(abi::Device d, unsigned* n) { return value_as(d, "pcie_replay", n, "0"); }
 EXPORT abi::Return nvmlDeviceGetPowerManagementLimit(abi::Device d, unsigned* p) { return value_as(d, "limit_mw", p, "700000"); }
 EXPORT abi::Return nvmlDeviceGetClockInfo(abi::Device d, unsigned type, unsigned* c) {
   static const char* keys[] = {"clk_gr", "clk_sm", "clk_mem"};
