@@ -33,6 +33,7 @@ struct GpuSample {
   std::optional<unsigned> max_clock_graphics_mhz, max_clock_sm_mhz, max_clock_memory_mhz;
   std::optional<unsigned> fan_percent, pstate;
   std::optional<unsigned long long> energy_mj;  // since the driver loaded (Volta and newer)
+  std::optional<unsigned> pcie_replays;         // PCIe retries since the driver loaded
   std::optional<unsigned> pcie_rx_kbps, pcie_tx_kbps;  // only when the sampler measures PCIe
   std::optional<unsigned> encoder_percent, decoder_percent;
   std::optional<unsigned long long> bar1_used;

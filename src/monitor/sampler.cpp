@@ -71,6 +71,7 @@ GpuSample sample_gpu(const nvml::Nvml& nvml, const GpuRef& ref, bool processes) 
   s.clock_memory_mhz = opt(nvml.clock_mhz(d, nvml::abi::kClockMem));
   s.fan_percent = opt(nvml.fan_percent(d));
   s.energy_mj = opt(nvml.total_energy_mj(d));
+  s.pcie_replays = opt(nvml.uint_property(d, &nvml::Functions::pcie_replay));
   s.pstate = opt(nvml.pstate(d));
   if (s.pstate && *s.pstate == nvml::abi::kPstateUnknown) s.pstate.reset();
   s.encoder_percent = opt(nvml.encoder_percent(d));

@@ -97,6 +97,7 @@ void Library::resolve() {
   bind(h, fn_.pcie_width_current, {"nvmlDeviceGetCurrPcieLinkWidth"});
   bind(h, fn_.pcie_width_max, {"nvmlDeviceGetMaxPcieLinkWidth"});
   bind(h, fn_.enforced_power_limit, {"nvmlDeviceGetEnforcedPowerLimit"});
+  bind(h, fn_.pcie_replay, {"nvmlDeviceGetPcieReplayCounter"});
   bind(h, fn_.default_power_limit, {"nvmlDeviceGetPowerManagementDefaultLimit"});
   bind(h, fn_.power_limit_constraints, {"nvmlDeviceGetPowerManagementLimitConstraints"});
   bind(h, fn_.clocks_event_reasons, {"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"});

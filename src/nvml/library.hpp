@@ -63,6 +63,7 @@ struct Functions {
   Return (*pcie_width_current)(Device, unsigned*) = nullptr;
   Return (*pcie_width_max)(Device, unsigned*) = nullptr;
   Return (*enforced_power_limit)(Device, unsigned*) = nullptr;
+  Return (*pcie_replay)(Device, unsigned*) = nullptr;
   Return (*default_power_limit)(Device, unsigned*) = nullptr;
   Return (*power_limit_constraints)(Device, unsigned*, unsigned*) = nullptr;
   Return (*clocks_event_reasons)(Device, unsigned long long*) = nullptr;

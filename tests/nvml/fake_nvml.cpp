@@ -440,6 +440,7 @@ EXPORT abi::Return nvmlDeviceGetCurrPcieLinkGeneration(abi::Device d, unsigned* 
 EXPORT abi::Return nvmlDeviceGetMaxPcieLinkGeneration(abi::Device d, unsigned* v) { return value_as(d, "pcie_gen_max", v, "5"); }
 EXPORT abi::Return nvmlDeviceGetCurrPcieLinkWidth(abi::Device d, unsigned* v) { return value_as(d, "pcie_width", v, "16"); }
 EXPORT abi::Return nvmlDeviceGetMaxPcieLinkWidth(abi::Device d, unsigned* v) { return value_as(d, "pcie_width_max", v, "16"); }
+EXPORT abi::Return nvmlDeviceGetPcieReplayCounter(abi::Device d, unsigned* v) { return value_as(d, "pcie_replay", v, "0"); }
 EXPORT abi::Return nvmlDeviceGetEnforcedPowerLimit(abi::Device d, unsigned* v) { return value_as(d, "enforced_mw", v, "700000"); }
 EXPORT abi::Return nvmlDeviceGetPowerManagementDefaultLimit(abi::Device d, unsigned* v) {
   return value_as(d, "default_limit_mw", v, "700000");
