@@ -89,6 +89,10 @@ step "4 python shim + gpumem run (real torch)" 300 env GPUMEM_BUILD_DIR="$PWD/$B
 step "4b snapshot -> _memory_viz, native" 120 python3 bench/gpu/snapshot_check.py "$RES/snapshot_native.pickle"
 step "4b snapshot -> _memory_viz, gpumem" 120 "$BIN/gpumem" run -- python3 bench/gpu/snapshot_check.py "$RES/snapshot_gpumem.pickle"
 
+# 12 CUDA graphs and memory pools, bit for bit, natively and under gpumem (scripts/gpu-graph-check.sh).
+step "12 CUDA graphs and pools: native vs gpumem" 300 env BIN="$BIN" OUT="$RES" bash scripts/gpu-graph-check.sh
+step "13 control channel (clear, limit, stop, cooperative)" 400 python3 bench/gpu/control_check.py "$BIN/gpumem"
+if [[ "${GPU_CHECK_TRAIN:-1}" != 0 ]]; then
 # 5 training: native, gpumem, gpumem with --limit 1.02x the peak live bytes gpumem saw.
 for w in ${GPU_CHECK_WORKLOADS:-lm resnet vit generate}; do
   step "5 $w native" 300 python3 bench/gpu/train.py $w --out "$RES/${w}_native.json"
@@ -111,6 +115,7 @@ t = sum(g["step_ms"][2:]) / sum(n["step_ms"][2:])
 print(f"lm with {page} MiB pages: time ratio {t:.4f}, reserved/live {g['peak_reserved'] / g['peak_live']:.4f}")
 EOF
 done
+fi
 for w in ${GPU_CHECK_WORKLOADS:-lm resnet vit generate}; do
   [[ -f $RES/${w}_gpumem_trace.jsonl.gz ]] && "$BIN/gpumem" replay "$RES/${w}_gpumem_trace.jsonl.gz" | tee "$RES/${w}_replay.txt"
 done
@@ -165,9 +170,6 @@ if [[ "${GPU_CHECK_TORCH:-1}" != 0 ]]; then
     --json "$RES/torch_host_cost.json"
 fi
 # 12 control channel: clear / limit / stop on a training process, cooperative release between two (issue 9).
-# 13 CUDA graphs and memory pools, bit for bit, natively and under gpumem (scripts/gpu-graph-check.sh).
-step "13 CUDA graphs and pools: native vs gpumem" 300 env BIN="$BIN" OUT="$RES" bash scripts/gpu-graph-check.sh
-step "12 control channel (clear, limit, stop, cooperative)" 400 python3 bench/gpu/control_check.py "$BIN/gpumem"
 
 # 8 what a person sees: the monitor commands on this machine, with a PyTorch process holding memory.
 echo; echo "== 8 sample output"
