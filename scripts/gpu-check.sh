@@ -21,13 +21,15 @@ if [[ "${1:-}" == "--prepare" ]]; then
   set -e
   BUILD=${BUILD:-build-gpu}
   cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DGPUMEM_BUILD_BENCH=OFF >/dev/null
-  cmake --build "$BUILD" --target gpumem gpumem_shared backend_conformance_test -j "${JOBS:-2}"
+  cmake --build "$BUILD" --target gpumem gpumem-exporter gpumem_shared backend_conformance_test -j "${JOBS:-2}"
   mkdir -p "$BIN"
   LIBS="$BUILD/src/api/libgpumem_api.a $BUILD/src/trace/libgpumem_trace.a $BUILD/src/backends/libgpumem_backends.a $BUILD/src/engine/libgpumem_engine.a"
   for prog in tests/gpu/stream_rule.cu bench/gpu/host_cost.cu bench/gpu/vmm_cost.cu; do
     nvcc -O2 -std=c++20 -gencode arch=compute_90,code=sm_90 -Iinclude -Isrc "$prog" $LIBS -ldl -o "$BIN/$(basename "$prog" .cu)"
   done
-  cp "$BUILD/gpumem" "$BUILD/libgpumem.so" "$BUILD/gpumem_torch.py" "$BUILD/gpumem_ipc.py" "$BUILD/gpumem_history.py" "$BUILD/gpumem_sitecustomize.py" "$BUILD/tests/backends/backend_conformance_test" "$BIN/"
+  # gpumem-exporter links Debian's cpp-httplib, which the GPU machine lacks: it travels beside it.
+  cp -L /usr/lib/x86_64-linux-gnu/libcpp-httplib.so.0.11 "$BIN/" 2>/dev/null || true
+  cp "$BUILD/gpumem" "$BUILD/gpumem-exporter" "$BUILD/libgpumem.so" "$BUILD/gpumem_torch.py" "$BUILD/gpumem_ipc.py" "$BUILD/gpumem_history.py" "$BUILD/gpumem_sitecustomize.py" "$BUILD/tests/backends/backend_conformance_test" "$BIN/"
   strip "$BIN/gpumem" "$BIN/libgpumem.so" "$BIN/backend_conformance_test" "$BIN/stream_rule" "$BIN/host_cost" "$BIN/vmm_cost"
   du -sh "$BIN"
   exit 0
@@ -64,6 +66,7 @@ finish() {
   rm -rf "$WORK"
 }
 trap finish EXIT
+export LD_LIBRARY_PATH="$PWD/$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # cpp-httplib for gpumem-exporter
 
 for f in gpumem libgpumem.so gpumem_torch.py gpumem_ipc.py gpumem_history.py gpumem_sitecustomize.py backend_conformance_test stream_rule host_cost vmm_cost; do
   [[ -e $BIN/$f ]] || { echo "gpu-check: $BIN/$f is missing: run scripts/gpu-check.sh --prepare and carry $BIN"; exit 1; }
