@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -37,6 +38,15 @@ void reset_child_signals() {
   for (int sig = 1; sig < NSIG; ++sig) {
     if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);  // fails harmlessly for glibc's own
   }
+  // glibc refuses to touch its reserved signals (32, 33), yet a parent may have ignored them through the
+  // kernel directly (sanitizer runtimes do): reset those with the system call itself.
+  struct {
+    void (*handler)(int);
+    unsigned long flags;
+    void (*restorer)();
+    unsigned long mask;
+  } kernel_dfl{SIG_DFL, 0, nullptr, 0};
+  for (int sig = 32; sig < SIGRTMIN; ++sig) syscall(SYS_rt_sigaction, sig, &kernel_dfl, nullptr, sizeof kernel_dfl.mask);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);

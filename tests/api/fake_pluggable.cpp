@@ -16,7 +16,10 @@ void CUDAPluggableAllocator::cacheInfo(std::int8_t, std::size_t*) {
 }  // namespace torch::cuda::CUDAPluggableAllocator
 
 using Pluggable = torch::cuda::CUDAPluggableAllocator::CUDAPluggableAllocator;
-extern "C" void* fake_pluggable_make() { return new Pluggable; }
+extern "C" void* fake_pluggable_make() {
+  static Pluggable allocator;  // one per process, as PyTorch's current allocator is
+  return &allocator;
+}
 // What cuDNN's getMaxWorkspaceSize does: a virtual call on the current allocator.
 extern "C" std::size_t fake_pluggable_cache_info(void* allocator, std::int8_t device) {
   std::size_t largest = 0;

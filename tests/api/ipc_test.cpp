@@ -81,7 +81,8 @@ TEST(Ipc, StitchedAllocationIsReadAndWrittenByAnotherProcess) {
   const std::string again = export_description(p);
   void* opened = nullptr;
   ASSERT_EQ(gpumem_ipc_open(kDevice, again.c_str(), &opened), GPUMEM_OK) << gpumem_last_error();
-  for (const auto& piece : nlohmann::json::parse(again)["pieces"])
+  const nlohmann::json described = nlohmann::json::parse(again);  // kept: the loop must not walk a temporary
+  for (const auto& piece : described["pieces"])
     for (int fd : piece["fds"]) close(fd);
   gpumem_deallocate(p, kDevice, nullptr);
   EXPECT_EQ(static_cast<unsigned char*>(opened)[0], 0x5a);
