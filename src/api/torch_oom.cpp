@@ -49,8 +49,11 @@ struct C10OutOfMemory {
 
 void* find_symbol(const char* name) {
   if (void* p = dlsym(RTLD_DEFAULT, name)) return p;
-  // Python imports torch's extension RTLD_LOCAL, so libc10 may be outside the global scope.
-  for (const char* lib : {"libc10.so", "libtorch_cpu.so"}) {
+  // Python imports torch's extension RTLD_LOCAL, so libc10 may be outside the global scope. libc10.so exports
+  // c10::Error's constructors but not OutOfMemoryError's vtable and typeinfo: those are weak copies in the
+  // libraries that throw or catch it (PyTorch 2.11: libc10_cuda, libtorch_cuda, libtorch_python). Any copy
+  // serves: libstdc++ matches exception types by name.
+  for (const char* lib : {"libc10.so", "libc10_cuda.so", "libtorch_cuda.so", "libtorch_python.so", "libtorch_cpu.so"}) {
     if (void* handle = dlopen(lib, RTLD_LAZY | RTLD_NOLOAD)) {
       void* p = dlsym(handle, name);
       dlclose(handle);
