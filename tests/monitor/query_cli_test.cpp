@@ -125,7 +125,7 @@ TEST(QueryCli, UnwritableFileFailsBeforeSampling) {
 TEST(QueryCli, LoopFlushesEverySampleAndStopsOnSigint) {
   std::string file = write_scenario("loop-out.csv", "");
   auto r = run_gpumem({"query", "--query-gpu=index,memory.used", "--format=csv", "-lms", "20", "-i", "0", "-f", file},
-                      fake_env("two_gpus.txt"), 400);
+                      fake_env("two_gpus.txt"), 1500);  // room for a slow (sanitizer) start
   EXPECT_EQ(r.status, 130);
   std::string out = slurp(file);
   EXPECT_EQ(out.rfind("index, memory.used [MiB]\n0, 20480 MiB\n0, 20480 MiB\n", 0), 0u) << out;
@@ -154,7 +154,7 @@ TEST(DmonCli, Golden) {
 }
 
 TEST(DmonCli, StopsOnSigint) {
-  auto r = run_gpumem({"dmon", "-d", "0.02"}, fake_env("two_gpus.txt"), 300);
+  auto r = run_gpumem({"dmon", "-d", "0.02"}, fake_env("two_gpus.txt"), 1500);  // room for a slow (sanitizer) start
   EXPECT_EQ(r.status, 130);
   EXPECT_GE(std::count(r.out.begin(), r.out.end(), '\n'), 2 + 3 * 2);
 }
