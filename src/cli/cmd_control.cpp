@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -74,26 +75,15 @@ nlohmann::ordered_json device_json(const control::DeviceReport& d) {
 
 std::string b(std::int64_t bytes) { return format_bytes(std::size_t(std::max<std::int64_t>(bytes, 0))); }
 
-int run_stats(const ControlArgs& a) {
+// Runs `one` on every target process and gathers what it returns; a process that cannot be reached becomes
+// an error entry (--json) or one sentence, and the exit code says whether all, some or none answered.
+int for_each_target(const ControlArgs& a, const std::function<nlohmann::ordered_json(int pid)>& one) {
   std::vector<int> pids = targets(a);
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   int failures = 0;
-  if (!a.json)
-    std::printf("%-8s %-4s %-6s %12s %12s %12s %12s %12s %12s %5s %12s\n", "PID", "DEV", "BACKEND", "ALLOCATED",
-                "PEAK", "RESERVED", "PEAK", "REQUESTED", "LARGEST", "OOMS", "LIMIT");
   for (int pid : pids) {
     try {
-      control::ProcessReport r = control::stats(pid);
-      nlohmann::ordered_json devices = nlohmann::ordered_json::array();
-      for (const auto& d : r.devices) {
-        devices.push_back(device_json(d));
-        if (!a.json)
-          std::printf("%-8d %-4d %-6s %12s %12s %12s %12s %12s %12s %5lld %12s\n", pid, d.device, d.backend.c_str(),
-                      b(d.allocated_bytes).c_str(), b(d.allocated_peak_bytes).c_str(), b(d.reserved_bytes).c_str(),
-                      b(d.reserved_peak_bytes).c_str(), b(d.requested_bytes).c_str(), b(d.largest_free_bytes).c_str(),
-                      (long long)d.num_ooms, d.limit_bytes ? b(d.limit_bytes).c_str() : "none");
-      }
-      out.push_back({{"pid", pid}, {"devices", devices}});
+      out.push_back(one(pid));
     } catch (const control::ControlError& e) {
       ++failures;
       if (a.json) out.push_back({{"pid", pid}, {"error", e.what()}});
@@ -105,24 +95,31 @@ int run_stats(const ControlArgs& a) {
   return a.all && failures < int(pids.size()) ? kExitPartial : kExitFailure;
 }
 
-int run_clear(const ControlArgs& a) {
-  std::vector<int> pids = targets(a);
-  nlohmann::ordered_json out = nlohmann::ordered_json::array();
-  int failures = 0;
-  for (int pid : pids) {
-    try {
-      std::int64_t released = control::clear(pid);
-      out.push_back({{"pid", pid}, {"released_bytes", released}});
-      if (!a.json) std::printf("%d: %s given back to the device\n", pid, b(released).c_str());
-    } catch (const control::ControlError& e) {
-      ++failures;
-      if (a.json) out.push_back({{"pid", pid}, {"error", e.what()}});
-      else fail(e);
+int run_stats(const ControlArgs& a) {
+  if (!a.json)
+    std::printf("%-8s %-4s %-6s %12s %12s %12s %12s %12s %12s %5s %12s\n", "PID", "DEV", "BACKEND", "ALLOCATED",
+                "PEAK", "RESERVED", "PEAK", "REQUESTED", "LARGEST", "OOMS", "LIMIT");
+  return for_each_target(a, [&](int pid) {
+    control::ProcessReport r = control::stats(pid);
+    nlohmann::ordered_json devices = nlohmann::ordered_json::array();
+    for (const auto& d : r.devices) {
+      devices.push_back(device_json(d));
+      if (!a.json)
+        std::printf("%-8d %-4d %-6s %12s %12s %12s %12s %12s %12s %5lld %12s\n", pid, d.device, d.backend.c_str(),
+                    b(d.allocated_bytes).c_str(), b(d.allocated_peak_bytes).c_str(), b(d.reserved_bytes).c_str(),
+                    b(d.reserved_peak_bytes).c_str(), b(d.requested_bytes).c_str(), b(d.largest_free_bytes).c_str(),
+                    (long long)d.num_ooms, d.limit_bytes ? b(d.limit_bytes).c_str() : "none");
     }
-  }
-  if (a.json) print_json(out);
-  if (failures == 0) return kExitOk;
-  return a.all && failures < int(pids.size()) ? kExitPartial : kExitFailure;
+    return nlohmann::ordered_json{{"pid", pid}, {"devices", devices}};
+  });
+}
+
+int run_clear(const ControlArgs& a) {
+  return for_each_target(a, [&](int pid) {
+    std::int64_t released = control::clear(pid);
+    if (!a.json) std::printf("%d: %s given back to the device\n", pid, b(released).c_str());
+    return nlohmann::ordered_json{{"pid", pid}, {"released_bytes", released}};
+  });
 }
 
 int run_reset(const ControlArgs& a) {
