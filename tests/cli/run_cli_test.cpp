@@ -132,19 +132,29 @@ TEST_F(RunCli, TheProgramStartsWithDefaultSignalDispositionsAndAnEmptyMask) {
   EXPECT_NE(text.find("SigBlk:\t0000000000000000"), std::string::npos) << text;
 }
 
+// Waits (20 s ceiling: sanitizer builds start slowly) until gpumem has started the program; returns
+// gpumem's children as /proc lists them.
+std::string wait_for_program(pid_t gpumem) {
+  const std::string path = "/proc/" + std::to_string(gpumem) + "/task/" + std::to_string(gpumem) + "/children";
+  std::string children;
+  for (int waited = 0; waited < 20000 && (children = slurp(path)).empty(); waited += 20)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return children;
+}
+
 TEST_F(RunCli, InterruptStopsTheProgramAndGpumemExits130) {
   using namespace std::chrono;
   // To the whole process group (as a terminal's Ctrl-C), and to gpumem alone (relayed).
   for (bool group : {true, false}) {
     const auto t0 = steady_clock::now();
     const pid_t pid = start({"run", "-q", "--", "sleep", "20"});
-    std::this_thread::sleep_for(milliseconds(400));
+    ASSERT_FALSE(wait_for_program(pid).empty());
     ASSERT_EQ(group ? killpg(pid, SIGINT) : kill(pid, SIGINT), 0);
     EXPECT_EQ(wait_exit(pid), 130) << (group ? "group" : "gpumem alone");
     EXPECT_LT(steady_clock::now() - t0, seconds(10)) << "the program ran to its end";
   }
   const pid_t pid = start({"run", "-q", "--", "sleep", "20"});
-  std::this_thread::sleep_for(milliseconds(400));
+  ASSERT_FALSE(wait_for_program(pid).empty());
   kill(pid, SIGTERM);
   EXPECT_EQ(wait_exit(pid), 128 + SIGTERM);
   EXPECT_TRUE(scratch_dirs().empty());
@@ -154,8 +164,7 @@ TEST_F(RunCli, KilledGpumemTakesTheProgramAndItsDirectoryWithIt) {
   using namespace std::chrono;
   for (int sig : {SIGKILL, SIGQUIT}) {
     const pid_t pid = start({"run", "-q", "--", "sleep", "30"});
-    std::this_thread::sleep_for(milliseconds(400));
-    std::string children = slurp("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+    const std::string children = wait_for_program(pid);
     ASSERT_FALSE(children.empty());
     EXPECT_EQ(scratch_dirs().size(), 1u);
     kill(pid, sig);

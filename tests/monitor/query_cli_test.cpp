@@ -154,7 +154,9 @@ TEST(DmonCli, Golden) {
 }
 
 TEST(DmonCli, StopsOnSigint) {
-  auto r = run_gpumem({"dmon", "-d", "0.02"}, fake_env("two_gpus.txt"), 1500);  // room for a slow (sanitizer) start
+  // Interrupted once three samples are out (30 s ceiling: sanitizer builds start slowly).
+  auto lines = [](const std::string& out) { return std::count(out.begin(), out.end(), '\n') >= 2 + 3 * 2; };
+  auto r = run_gpumem({"dmon", "-d", "0.02"}, fake_env("two_gpus.txt"), 30000, lines);
   EXPECT_EQ(r.status, 130);
   EXPECT_GE(std::count(r.out.begin(), r.out.end(), '\n'), 2 + 3 * 2);
 }

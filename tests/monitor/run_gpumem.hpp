@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -32,10 +33,15 @@ inline std::string slurp(const std::string& path) {
   return s.str();
 }
 
+// Decides, from the stdout written so far, that a loop mode has shown enough and may be interrupted.
+using OutputReady = std::function<bool(const std::string& out)>;
+
 // Starts gpumem with `args`; `env` entries are set (an empty value unsets). `interrupt_after_ms` > 0
-// sends SIGINT after that long (for the loop modes).
+// sends SIGINT after that long (for the loop modes); with `ready`, SIGINT goes as soon as `ready`
+// accepts the output so far and `interrupt_after_ms` is only the ceiling (a slow sanitizer start
+// must not fail a test that waits on wall time).
 inline RunResult run_gpumem(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
-                            int interrupt_after_ms = 0) {
+                            int interrupt_after_ms = 0, const OutputReady& ready = {}) {
   char out_tmpl[] = "/tmp/gpumem-out-XXXXXX", err_tmpl[] = "/tmp/gpumem-err-XXXXXX";
   int out_fd = mkstemp(out_tmpl), err_fd = mkstemp(err_tmpl);
   pid_t pid = fork();
@@ -55,7 +61,10 @@ inline RunResult run_gpumem(const std::vector<std::string>& args, const std::map
     _exit(127);
   }
   if (interrupt_after_ms > 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(interrupt_after_ms));
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(interrupt_after_ms);
+    while (ready && std::chrono::steady_clock::now() < deadline && !ready(slurp(out_tmpl)))
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(interrupt_after_ms));
     kill(pid, SIGINT);
   }
   int st = 0;

@@ -35,11 +35,16 @@ TEST(SummaryCli, JsonHasGpusAndProcesses) {
   EXPECT_EQ(j["gpus"][2]["error"], "GPU is lost");
 }
 
+static size_t screens(const std::string& out) {
+  size_t n = 0;
+  for (size_t at = out.find("\033[H\033[2J"); at != std::string::npos; at = out.find("\033[H\033[2J", at + 1)) ++n;
+  return n;
+}
+
 TEST(SummaryCli, WatchRepeatsUntilInterrupted) {
-  auto r = run_gpumem({"--watch", "0.1"}, env(), 450);
+  // Interrupted once three screens are out (30 s ceiling: sanitizer builds start slowly).
+  auto r = run_gpumem({"--watch", "0.1"}, env(), 30000, [](const std::string& out) { return screens(out) >= 3; });
   EXPECT_EQ(r.status, 130);
-  size_t screens = 0;
-  for (size_t at = r.out.find("\033[H\033[2J"); at != std::string::npos; at = r.out.find("\033[H\033[2J", at + 1)) ++screens;
-  EXPECT_GE(screens, 2u) << "one screen per interval until Ctrl-C";  // sanitizer builds start slowly
+  EXPECT_GE(screens(r.out), 3u) << "one screen per interval until Ctrl-C";
   EXPECT_EQ(run_gpumem({"--watch", "soon"}, env()).status, 2);
 }
