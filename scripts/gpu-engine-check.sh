@@ -34,6 +34,13 @@ for w in $WORKLOADS; do
     run "${w}_limit" 300 env GPUMEM_CUDA_PAGE_MIB="$limit_page" "$BIN/gpumem" run -q --limit "$limit" -- python3 bench/gpu/train.py "$w" --out "$OUT/${w}_limit.json"
   fi
 done
+# Kernels over memory from small vs large physical pages, no allocation timed.
+if [[ ${PAGE_COST:-1} != 0 ]]; then
+  echo "page cost, native: $(python3 bench/gpu/page_cost.py 2>&1 | tail -1)"
+  for p in $PAGES; do
+    echo "page cost, $p MiB: $(GPUMEM_CUDA_PAGE_MIB=$p "$BIN/gpumem" run -q -- python3 bench/gpu/page_cost.py 2>&1 | tail -1)"
+  done
+fi
 # The seeds' example: two 400,000,000-byte tensors, the first deleted, empty_cache().
 cat > "$OUT/seeds.py" <<'PY'
 import torch
@@ -78,6 +85,11 @@ for w in workloads:
         cells.append(f"{sum(g['step_ms']) / sum(n['step_ms']):.4f} ({sum(g['step_ms'][1:]) / sum(n['step_ms'][1:]):.4f}),"
                      f" {g['peak_reserved'] / g['peak_live']:.4f}"
                      + ("" if diff <= 1e-2 else f" (loss diff {diff:.1e})"))
+    for name in [f"{w}_native"] + [f"{w}_page{p}" for p in pages] + [f"{w}_limit"]:
+        r = load(name)
+        if r:
+            s = sorted(r["step_ms"])
+            print(f"  {name}: first step {r['step_ms'][0]:.0f} ms, the rest {sum(r['step_ms'][1:]):.0f} ms, median {s[len(s) // 2]:.1f} ms")
     lim = load(f"{w}_limit")
     print(f"| {w} | {sum(n['step_ms']):.0f} | {n['peak_reserved'] / n['peak_live']:.4f} | " + " | ".join(cells)
           + (f" | completed, {sum(lim['step_ms']) / sum(n['step_ms']):.4f} ({sum(lim['step_ms'][1:]) / sum(n['step_ms'][1:]):.4f}) |"

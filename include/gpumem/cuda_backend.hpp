@@ -3,13 +3,15 @@
 //  - "cuda": virtual memory management (cuMemAddressReserve / cuMemCreate / cuMemMap / cuMemSetAccess):
 //    the engine's page packing and stitching on real memory. Drivers refuse cuMemMap at a nonzero offset into an allocation, so a chunk
 //    is one physical allocation per granule and a mapping maps granule by granule (as PyTorch's
-//    expandable segments do with their pages). Pages are 16 MiB by default (GPUMEM_CUDA_PAGE_MIB=N sets
-//    N MiB, rounded up to the driver's granularity): fewer driver calls per byte, coarser stitching.
+//    expandable segments do with their pages). Pages are `page_bytes`, else GPUMEM_CUDA_PAGE_MIB=N MiB, else
+//    16 MiB, rounded up to the driver's granularity: bigger pages, fewer driver calls per byte; smaller
+//    pages, finer stitching and release (the default allocators pick 2 MiB under a limit, see registry.cpp).
 //  - "cuda-plain": cuMemAlloc / cuMemFree only, for drivers or setups without VMM.
 // Both work in the device's primary context (the one the CUDA runtime and PyTorch use) and make it current
 // only for the calls that need one, restoring the caller's context after. Events come from a pool
 // (timing disabled). Without a driver or device, creation throws BackendUnavailableError with one sentence.
 #pragma once
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -20,7 +22,8 @@ namespace gpumem {
 enum class CudaMemoryMode { virtual_memory, plain };
 
 // Throws BackendUnavailableError when the driver, the device, or (for virtual_memory) VMM support is missing.
-std::shared_ptr<Backend> make_cuda_backend(int device, CudaMemoryMode mode = CudaMemoryMode::virtual_memory);
+std::shared_ptr<Backend> make_cuda_backend(int device, CudaMemoryMode mode = CudaMemoryMode::virtual_memory,
+                                           std::size_t page_bytes = 0);
 
 // Number of CUDA devices; throws BackendUnavailableError without a driver.
 int cuda_device_count();

@@ -3,6 +3,7 @@
 //   GPUMEM_LIMIT     cap on reserved bytes per device, a size such as "12GiB" or "1.5GB", at least 2 MiB;
 //                    "none" for no limit
 //   GPUMEM_FRACTION  cap as a fraction of the device's memory, 0.0001 <= f <= 1
+//   GPUMEM_CUDA_PAGE_MIB  physical page of the cuda backend in MiB (default 16, or 2 under a limit)
 //   GPUMEM_HOST_CAPACITY / GPUMEM_SIM_CAPACITY  capacity of the host / sim backends
 //   GPUMEM_HOST_SHARED  host backend: a file whose counter makes one capacity shared across processes
 //   GPUMEM_CONTROL=0    no control socket (src/control); GPUMEM_CONTROL_DIR: where the sockets live

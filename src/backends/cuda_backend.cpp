@@ -21,7 +21,7 @@ constexpr std::size_t kDefaultPage = std::size_t(16) << 20;
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int ordinal, CudaMemoryMode mode) : ordinal_(ordinal), mode_(mode) {
+  CudaBackend(int ordinal, CudaMemoryMode mode, std::size_t page_bytes) : ordinal_(ordinal), mode_(mode) {
     const Driver& d = driver();
     int count = 0;
     check(d.cuDeviceGetCount(&count), "cuDeviceGetCount");
@@ -68,9 +68,10 @@ class CudaBackend final : public Backend {
         check(r, "cuMemGetAllocationGranularity");
       }
       // Each page is one cuMemCreate and one cuMemMap: bigger pages, fewer driver calls, coarser stitching.
-      // 16 MiB measured best on an H200 (transformer LM: 2 MiB pages cost +13% step time, 16 MiB -1.4%).
-      std::size_t page = kDefaultPage;
-      if (const char* mib = std::getenv("GPUMEM_CUDA_PAGE_MIB"); mib && *mib) {
+      // 16 MiB measured best on an H100 (LM median step 56 ms native, 56 ms at 16 MiB, 96 ms at 2 MiB:
+      // stitching maps pages while the GPU is busy, see BENCHMARKS.md).
+      std::size_t page = page_bytes ? page_bytes : kDefaultPage;
+      if (const char* mib = std::getenv("GPUMEM_CUDA_PAGE_MIB"); !page_bytes && mib && *mib) {
         page = std::size_t(std::strtoull(mib, nullptr, 10)) << 20;
         if (page == 0) {
           d.cuDevicePrimaryCtxRelease(device_);
@@ -428,8 +429,8 @@ CudaBackend& as_cuda(Backend& backend) {
 
 }  // namespace
 
-std::shared_ptr<Backend> make_cuda_backend(int device, CudaMemoryMode mode) {
-  return std::make_shared<CudaBackend>(device, mode);
+std::shared_ptr<Backend> make_cuda_backend(int device, CudaMemoryMode mode, std::size_t page_bytes) {
+  return std::make_shared<CudaBackend>(device, mode, page_bytes);
 }
 
 int cuda_device_count() {
