@@ -75,11 +75,14 @@ TEST(TraceReader, ParsesEventsAndHeader) {
   EXPECT_EQ(t.events[1].size, 300u);
   EXPECT_EQ(t.events[1].stream, 7u);
   EXPECT_EQ(t.events[1].line, 3u);
-  // blocks are numbered in alloc order; frees carry their alloc's number
+  // a block's free carries its alloc's slot; the slot of a released block is taken by the next alloc
   EXPECT_EQ(t.events[0].block, 0u);
+  EXPECT_EQ(t.events[1].block, 1u);
   EXPECT_EQ(t.events[2].block, 0u);
-  EXPECT_EQ(t.events[3].block, 2u);
+  EXPECT_EQ(t.events[3].block, 0u);
   EXPECT_EQ(t.events[4].block, 1u);
+  EXPECT_EQ(t.summary.peak_live_blocks, 2u);
+  EXPECT_EQ(t.summary.events, 5u);
   EXPECT_EQ(t.summary.allocs, 3u);
   EXPECT_EQ(t.summary.frees, 2u);
   EXPECT_FALSE(t.summary.has_free_completed);
