@@ -222,10 +222,10 @@ int run_replay(const ReplayArgs& args) {
     std::fprintf(stderr, "gpumem replay: %s\n", e.what());
     return kExitUsage;
   } catch (const std::bad_alloc&) {
-    // The trace streams, so what fills memory is the blocks it keeps live (or the allocator's own state).
+    // The trace streams: what fills memory is in proportion to the blocks it keeps live at once.
     std::fprintf(stderr,
-                 "gpumem replay: out of host memory while replaying %s (the blocks it keeps live at once need more "
-                 "memory than this machine or its ulimit -v gives)\n",
+                 "gpumem replay: out of host memory while replaying %s (this machine's memory, or the ulimit -v it "
+                 "runs under, is too small for the blocks this trace keeps live at once)\n",
                  printable(args.path).c_str());
     return kExitOutOfMemory;
   }
