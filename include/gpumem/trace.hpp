@@ -95,7 +95,8 @@ class TraceError : public Error {
 // once do not fit in this machine's memory).
 class TraceReader {
  public:
-  // A file, plain or gzip. Reads the header; finds out whether the trace has free_completed events.
+  // A file, plain or gzip, or a stream such as a pipe. Reads the header; finds out whether the trace has
+  // free_completed events.
   explicit TraceReader(const std::string& path);
   // Text in memory (it must outlive the reader); `name` stands for the file in messages.
   TraceReader(std::string_view text, const std::string& name);
@@ -109,6 +110,8 @@ class TraceReader {
   // The header from the start; summary figures of the events read so far (all of them after next()
   // returned false; has_free_completed from the start).
   const TraceInfo& info() const;
+  // Back to the first event, for another pass (a pipe was copied to a temporary file at the start).
+  void rewind();
 
  private:
   struct Impl;

@@ -8,6 +8,7 @@
 #include <zlib.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <vector>
@@ -33,18 +34,15 @@ class TextSource final : public ByteSource {
   std::string_view text_;
 };
 
-// An open file descriptor, read in kInputBytes pieces; `start` holds bytes already read (the magic).
+// A file descriptor read from its start with pread, so that several readers can share it.
 class FileInput {
  public:
-  FileInput(int fd, std::size_t already_read) : fd_(fd), offset_(already_read) {}
-  ~FileInput() { ::close(fd_); }
-  FileInput(const FileInput&) = delete;
-  FileInput& operator=(const FileInput&) = delete;
+  explicit FileInput(int fd) : fd_(fd) {}
 
   // Reads up to n bytes; 0 at the end of the file. Throws ByteSourceError on an I/O error.
   std::size_t read(unsigned char* out, std::size_t n) {
     for (;;) {
-      const ssize_t got = ::read(fd_, out, n);
+      const ssize_t got = ::pread(fd_, out, n, off_t(offset_));
       if (got >= 0) {
         offset_ += std::size_t(got);
         return std::size_t(got);
@@ -53,41 +51,28 @@ class FileInput {
     }
   }
   std::size_t offset() const { return offset_; }  // bytes read so far
-  // Size of the file, or 0 when it is not a regular file.
   std::size_t size() const {
     struct stat st {};
-    return ::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode) ? std::size_t(st.st_size) : 0;
+    return ::fstat(fd_, &st) == 0 ? std::size_t(st.st_size) : 0;
   }
 
  private:
   int fd_;
-  std::size_t offset_;
+  std::size_t offset_ = 0;
 };
 
 class PlainFile final : public ByteSource {
  public:
-  PlainFile(int fd, std::string start) : file_(fd, start.size()), start_(std::move(start)) {}
-  std::size_t read(char* out, std::size_t n) override {
-    if (!start_.empty()) {
-      const std::size_t take = std::min(n, start_.size());
-      std::memcpy(out, start_.data(), take);
-      start_.erase(0, take);
-      return take;
-    }
-    return file_.read(reinterpret_cast<unsigned char*>(out), n);
-  }
+  explicit PlainFile(int fd) : file_(fd) {}
+  std::size_t read(char* out, std::size_t n) override { return file_.read(reinterpret_cast<unsigned char*>(out), n); }
 
  private:
   FileInput file_;
-  std::string start_;
 };
 
 class GzipFile final : public ByteSource {
  public:
-  GzipFile(int fd, const std::string& start) : file_(fd, start.size()), input_(kInputBytes) {
-    std::memcpy(input_.data(), start.data(), start.size());
-    z_.next_in = input_.data();
-    z_.avail_in = static_cast<uInt>(start.size());
+  explicit GzipFile(int fd) : file_(fd), input_(kInputBytes) {
     if (inflateInit2(&z_, 15 + 16) != Z_OK) throw std::bad_alloc();  // 15 + 16: gzip framing only
   }
   ~GzipFile() override { inflateEnd(&z_); }
@@ -156,32 +141,81 @@ class GzipFile final : public ByteSource {
 
 std::unique_ptr<ByteSource> ByteSource::from_text(std::string_view text) { return std::make_unique<TextSource>(text); }
 
-std::unique_ptr<ByteSource> ByteSource::open_file(const std::string& path) {
+namespace {
+
+[[noreturn]] void cannot(const std::string& path, const char* what, int err) {
+  throw TraceError(path, 0, std::string(what) + std::strerror(err));
+}
+
+// Copies a stream to an unlinked temporary file; returns its descriptor.
+int spool(int in, const std::string& path) {
+  const char* dir = std::getenv("TMPDIR");
+  std::string name = std::string(dir && *dir ? dir : "/tmp") + "/gpumem-trace-XXXXXX";
+  const int out = ::mkstemp(name.data());
+  if (out < 0) cannot(path, "cannot copy the stream to a temporary file: ", errno);
+  ::unlink(name.c_str());
+  std::vector<char> buffer(kInputBytes);
+  for (;;) {
+    ssize_t got = ::read(in, buffer.data(), buffer.size());
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      const int err = errno;
+      ::close(out);
+      cannot(path, "cannot read the trace: ", err);
+    }
+    if (got == 0) return out;
+    for (ssize_t done = 0; done < got;) {
+      const ssize_t put = ::write(out, buffer.data() + done, std::size_t(got - done));
+      if (put < 0 && errno == EINTR) continue;
+      if (put <= 0) {
+        const int err = put < 0 ? errno : ENOSPC;
+        ::close(out);
+        cannot(path, "cannot copy the stream to a temporary file: ", err);
+      }
+      done += put;
+    }
+  }
+}
+
+}  // namespace
+
+TraceFile::TraceFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw TraceError(path, 0, std::string("cannot open the trace: ") + std::strerror(errno));
+  if (fd < 0) cannot(path, "cannot open the trace: ", errno);
   struct stat st {};
   if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
     ::close(fd);
     throw TraceError(path, 0, "is a directory, not a trace file");
   }
-  // The first two bytes decide: gzip's magic, or plain text.
-  std::string start(2, '\0');
-  std::size_t have = 0;
-  while (have < start.size()) {
-    const ssize_t got = ::read(fd, start.data() + have, start.size() - have);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) {
-      const int err = errno;
+  if (S_ISREG(st.st_mode)) {
+    fd_ = fd;
+  } else {
+    try {
+      fd_ = spool(fd, path);
+    } catch (...) {
       ::close(fd);
-      throw TraceError(path, 0, std::string("cannot read the trace: ") + std::strerror(err));
+      throw;
     }
-    if (got == 0) break;
-    have += std::size_t(got);
+    ::close(fd);
   }
-  start.resize(have);
-  if (have == 2 && static_cast<unsigned char>(start[0]) == 0x1f && static_cast<unsigned char>(start[1]) == 0x8b)
-    return std::make_unique<GzipFile>(fd, start);
-  return std::make_unique<PlainFile>(fd, start);
+  // The first two bytes decide: gzip's magic, or plain text.
+  unsigned char magic[2] = {};
+  ssize_t got;
+  do got = ::pread(fd_, magic, sizeof magic, 0);
+  while (got < 0 && errno == EINTR);
+  if (got < 0) {
+    const int err = errno;
+    ::close(fd_);
+    cannot(path, "cannot read the trace: ", err);
+  }
+  gzip_ = got == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+}
+
+TraceFile::~TraceFile() { ::close(fd_); }
+
+std::unique_ptr<ByteSource> TraceFile::open() const {
+  if (gzip_) return std::make_unique<GzipFile>(fd_);
+  return std::make_unique<PlainFile>(fd_);
 }
 
 }  // namespace gpumem::trace

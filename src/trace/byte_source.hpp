@@ -5,7 +5,7 @@
 // that is not another member is an error, not silently ignored as zlib's gzread does. Damage is reported
 // only after every byte decoded before it was handed out, so the reader can name the line it hit.
 // Errors are ByteSourceError (one sentence without the file name; the caller adds file and line);
-// a source that cannot be opened at all throws TraceError naming the file.
+// a file that cannot be opened at all is a TraceError naming it.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -26,10 +26,25 @@ class ByteSource {
   // Up to `n` bytes into `out`; 0 at the end of the data. Throws ByteSourceError.
   virtual std::size_t read(char* out, std::size_t n) = 0;
 
-  // A file, gzip when it starts with gzip's magic bytes, plain otherwise. Throws TraceError(path, 0, ...).
-  static std::unique_ptr<ByteSource> open_file(const std::string& path);
   // Text in memory; it must outlive the source.
   static std::unique_ptr<ByteSource> from_text(std::string_view text);
+};
+
+// An open trace file that can be read from its first byte any number of times (a replay reads it more
+// than once): a pipe or other stream (`<(zcat ...)`) is first copied to an unlinked temporary file.
+class TraceFile {
+ public:
+  explicit TraceFile(const std::string& path);  // throws TraceError(path, 0, ...)
+  ~TraceFile();
+  TraceFile(const TraceFile&) = delete;
+  TraceFile& operator=(const TraceFile&) = delete;
+
+  // A new source from the first byte: gzip when the file starts with gzip's magic bytes, plain otherwise.
+  std::unique_ptr<ByteSource> open() const;
+
+ private:
+  int fd_ = -1;
+  bool gzip_ = false;
 };
 
 }  // namespace gpumem::trace

@@ -145,12 +145,10 @@ struct StepCache {
   }
 };
 
-// Streams the file through one replay; keeps its steps in `cache` where given. A stopped replay (first
-// OOM) reads no further unless `whole` asks for the trace's summary.
-ReplayResult stream_replay(const std::string& path, TraceInfo& info, const ReplayOptions& options, StepCache* cache,
+// Streams the trace through one replay from its first event; keeps its steps in `cache` where given. A
+// stopped replay (first OOM) reads no further unless `whole` asks for the trace's summary.
+ReplayResult stream_replay(TraceReader& reader, TraceInfo& info, const ReplayOptions& options, StepCache* cache,
                            bool whole) {
-  const auto start = Clock::now();
-  TraceReader reader(path);
   info = reader.info();
   StepCompiler compiler(info.summary.has_free_completed);
   Player player(options, info.path);
@@ -165,9 +163,7 @@ ReplayResult stream_replay(const std::string& path, TraceInfo& info, const Repla
     if (player.stopped() && !whole && !cache) break;
   }
   info = reader.info();
-  ReplayResult r = player.finish(info.summary);
-  r.read_seconds = std::chrono::duration<double>(Clock::now() - start).count() - r.seconds;
-  return r;
+  return player.finish(info.summary);
 }
 
 std::uint64_t round_up(std::uint64_t v, std::uint64_t step) { return (v + step - 1) / step * step; }
@@ -225,7 +221,12 @@ ReplayResult replay(const Trace& trace, const ReplayOptions& options) {
 }
 
 ReplayResult replay(const std::string& path, TraceInfo& info, const ReplayOptions& options) {
-  return stream_replay(path, info, options, nullptr, true);
+  const auto start = Clock::now();
+  info.path = path;
+  TraceReader reader(path);
+  ReplayResult r = stream_replay(reader, info, options, nullptr, true);
+  r.read_seconds = std::chrono::duration<double>(Clock::now() - start).count() - r.seconds;
+  return r;
 }
 
 MinCapacityResult find_min_capacity(const Trace& trace, const ProbeObserver& observer, std::uint64_t page) {
@@ -246,11 +247,15 @@ MinCapacityResult find_min_capacity(const std::string& path, TraceInfo& info, co
   ReplayOptions unconstrained;
   unconstrained.page = page;
   StepCache cache{cache_bytes / sizeof(Step), {}};
-  out.unconstrained = stream_replay(path, info, unconstrained, &cache, true);
+  info.path = path;
+  TraceReader reader(path);
+  out.unconstrained = stream_replay(reader, info, unconstrained, &cache, true);
+  out.unconstrained.read_seconds = std::chrono::duration<double>(Clock::now() - start).count() - out.unconstrained.seconds;
   auto replay_at = [&](const ReplayOptions& o) {
     if (!cache.complete) {
+      reader.rewind();
       TraceInfo scratch;
-      return stream_replay(path, scratch, o, nullptr, false);
+      return stream_replay(reader, scratch, o, nullptr, false);
     }
     Player player(o, info.path);
     player.play(cache.steps);

@@ -82,17 +82,25 @@ class LineReader {
   bool at_end_ = false;
 };
 
-std::unique_ptr<ByteSource> open_source(const std::string& path, std::string_view text, bool in_memory) {
-  return in_memory ? ByteSource::from_text(text) : ByteSource::open_file(path);
-}
+// Where a reader's bytes come from: a file (opened once, read from its start at every pass) or text.
+class Input {
+ public:
+  explicit Input(const std::string& path) : file_(std::in_place, path) {}
+  explicit Input(std::string_view text) : text_(text) {}
+  std::unique_ptr<ByteSource> open() const { return file_ ? file_->open() : ByteSource::from_text(text_); }
+
+ private:
+  std::optional<TraceFile> file_;
+  std::string_view text_;
+};
 
 // Whether any event line is a free_completed: it decides, from the first event on, when blocks become
 // reusable. A pass of its own that parses only the lines that mention the op; it stops at the first one,
 // which in a PyTorch trace comes early. Damage ends the search: the reading proper will report it.
-bool has_free_completed(const std::string& path, std::string_view text, bool in_memory) {
+bool has_free_completed(const Input& input, const std::string& path) {
   static constexpr std::string_view kNeedle = "\"free_completed\"";
   try {
-    LineReader lines(open_source(path, text, in_memory), path);
+    LineReader lines(input.open(), path);
     std::string_view line;
     bool complete;
     std::string problem;
@@ -128,14 +136,25 @@ const char* op_name(Op op) noexcept {
 }
 
 struct TraceReader::Impl {
-  Impl(const std::string& path, std::string_view text, bool in_memory) {
+  // A file, or the text when given.
+  Impl(const std::string& path, std::optional<std::string_view> text) : input(text ? Input(*text) : Input(path)) {
     info.path = path;
-    info.summary.has_free_completed = has_free_completed(info.path, text, in_memory);
-    lines.emplace(open_source(info.path, text, in_memory), info.path);
+    info.summary.has_free_completed = has_free_completed(input, info.path);
+    start();
+  }
+
+  // From the first line: the header, then the events with a fresh validator.
+  void start() {
+    info.summary = TraceSummary{.has_free_completed = info.summary.has_free_completed};
+    done = false;
+    validator.reset();
+    lines.emplace(input.open(), info.path);
     validator.emplace(info.path, info.summary);
     std::string_view line;
     bool complete;
     if (!lines->next(line, complete)) throw TraceError(info.path, 1, "the file is empty; expected a gpumem-trace header");
+    info.source.clear();
+    info.device.clear();
     header(line);
   }
 
@@ -173,6 +192,7 @@ struct TraceReader::Impl {
     return false;
   }
 
+  Input input;
   TraceInfo info;
   std::optional<LineReader> lines;
   std::optional<TraceValidator> validator;
@@ -180,8 +200,9 @@ struct TraceReader::Impl {
   bool done = false;
 };
 
-TraceReader::TraceReader(const std::string& path) : impl_(std::make_unique<Impl>(path, std::string_view(), false)) {}
-TraceReader::TraceReader(std::string_view text, const std::string& name) : impl_(std::make_unique<Impl>(name, text, true)) {}
+TraceReader::TraceReader(const std::string& path) : impl_(std::make_unique<Impl>(path, std::nullopt)) {}
+TraceReader::TraceReader(std::string_view text, const std::string& name) : impl_(std::make_unique<Impl>(name, text)) {}
+void TraceReader::rewind() { impl_->start(); }
 TraceReader::~TraceReader() = default;
 bool TraceReader::next(Event& event) { return impl_->next(event); }
 const TraceInfo& TraceReader::info() const { return impl_->info; }

@@ -1,6 +1,7 @@
 // The trace reader: plain and gzip files, the summary it derives, and every kind of bad input, each
 // with the line number it must name.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -9,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 
 #include "gpumem/trace.hpp"
 
@@ -262,6 +264,30 @@ TEST(TraceReader, LateFreeCompletedDecidesFromTheStart) {
   // the op's name inside another field's string is not an event
   const Trace u = parse_trace(lines({kHeader, ev("alloc", 1, 100), R"({"t": 1, "op": "free", "addr": 1, "size": 100, "stream": 0, "note": "free_completed"})"}), "mem");
   EXPECT_FALSE(u.summary.has_free_completed);
+}
+
+// A pipe (`gpumem replay <(zcat t.gz)`) can be read only once; the reader copies it, so that the pass
+// that looks for free_completed, the reading proper and a rewind (--min-capacity's probes) all see it.
+TEST(TraceReader, PipeIsReadOnceAndRewindable) {
+  TempDir dir;
+  const std::string gz = dir.write_gzip("p.gz", kSimple);
+  std::ifstream in(gz, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  const std::string fifo = dir.write_plain("fifo", "");
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::thread writer([&] { std::ofstream(fifo, std::ios::binary) << bytes; });
+  TraceReader reader(fifo);
+  writer.join();
+  Event e;
+  for (int pass = 0; pass < 2; ++pass) {
+    std::size_t n = 0;
+    while (reader.next(e)) ++n;
+    EXPECT_EQ(n, 5u) << "pass " << pass;
+    EXPECT_EQ(reader.info().summary.peak_requested, 400u) << "pass " << pass;
+    EXPECT_EQ(reader.info().source, "unit test");
+    reader.rewind();
+  }
 }
 
 TEST(TraceReader, TruncatedPlainLastLine) {
