@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <new>
 #include <string>
@@ -43,8 +42,12 @@ void on_terminate() noexcept {
   std::abort();
 }
 
-// Installed before any other static constructor of this binary runs that could allocate much.
-[[maybe_unused]] const std::terminate_handler g_previous_handler = std::set_terminate(on_terminate);
+// Installed before the other static constructors of this binary (init_priority: the command registrations
+// allocate too).
+struct InstallTerminateHandler {
+  InstallTerminateHandler() { std::set_terminate(on_terminate); }
+};
+__attribute__((init_priority(101))) InstallTerminateHandler g_install_terminate_handler;
 
 // Every command ends here: output that did not reach stdout (a full disk, /dev/full) is a failure.
 int finish(const std::string& command, int code) {
