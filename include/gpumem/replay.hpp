@@ -3,9 +3,12 @@
 // Contract: replay() serves every alloc of the trace with Allocator::allocate(size, stream) and gives each
 // block back with deallocate(ptr, stream-of-its-alloc) at the moment it became reusable in the recording:
 // its free_completed where the trace has those events, else its free. segment_* events are not replayed
-// (they are the recording allocator's own device traffic; see TraceSummary). Only the replay loop is timed.
-// An allocation that fails even after the allocator released its cache is counted, the first one is
-// described in `first_oom`, and the replay goes on without that block (or stops, with stop_at_first_oom).
+// (they are the recording allocator's own device traffic; see TraceSummary). Only the allocator calls are
+// timed (`seconds`); reading and checking the file is `read_seconds`.
+// A trace file is streamed (TraceReader): memory stays proportional to the blocks live at once, whatever
+// the number of events. An allocation that fails even after the allocator released its cache is counted,
+// the first one is described in `first_oom`, and the replay goes on without that block (or stops, with
+// stop_at_first_oom).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -50,14 +53,20 @@ struct ReplayResult {
   std::optional<ReplayOom> first_oom;
   std::size_t invalid_frees = 0;     // engine-reported invalid frees (a bug if ever non-zero)
   double seconds = 0;                // the replay loop only
+  double read_seconds = 0;           // reading, checking and compiling the trace file (streamed replays)
   double ns_per_event() const { return events ? seconds * 1e9 / double(events) : 0; }
 };
 
 ReplayResult replay(const Trace& trace, const ReplayOptions& options = {});
+// Streams the file through one replay; `info` gets the header and, once the call returns, the summary.
+// Throws TraceError for bad input, wherever in the file it lies.
+ReplayResult replay(const std::string& path, TraceInfo& info, const ReplayOptions& options = {});
 
 // Smallest capacity (a multiple of 2 MiB) at which the whole trace replays without OOM: bisection between
 // the physical limit (peak_requested) and the unconstrained run's peak reserved; every answer is a
 // capacity that was actually replayed successfully, and one 2 MiB less failed (or lies below the limit).
+// From a file, the first replay streams it and keeps the compiled steps (32 bytes per alloc and per
+// release) for the probes while they fit in `cache_bytes`; a larger trace is streamed again per probe.
 struct CapacityProbe {
   std::size_t number = 0;      // 1-based
   std::size_t estimated_total = 0;
@@ -76,5 +85,9 @@ inline constexpr std::uint64_t kCapacityStep = std::uint64_t(2) << 20;
 using ProbeObserver = std::function<void(const CapacityProbe&)>;
 MinCapacityResult find_min_capacity(const Trace& trace, const ProbeObserver& observer = {},
                                     std::uint64_t page = kDefaultReplayPage);
+inline constexpr std::size_t kDefaultStepCacheBytes = std::size_t(128) << 20;
+MinCapacityResult find_min_capacity(const std::string& path, TraceInfo& info, const ProbeObserver& observer = {},
+                                    std::uint64_t page = kDefaultReplayPage,
+                                    std::size_t cache_bytes = kDefaultStepCacheBytes);
 
 }  // namespace gpumem::trace

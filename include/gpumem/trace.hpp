@@ -4,14 +4,17 @@
 // {"format": "gpumem-trace", "version": 1, ...}, every later line one flat event object
 // {"t": N, "op": "alloc", "addr": N, "size": N, "stream": N}.
 //
-// Contract: read_trace() either returns a trace whose events are consistent (every free names a live
-// block, every free_completed a freed one, no address handed out twice while live) or throws TraceError
-// naming the file and the line. It never crashes on corrupt, truncated or hostile input. Events keep
-// their line numbers, and each alloc and its free / free_completed share a `block` index, so that a
-// replay needs no address lookups.
+// Contract: TraceReader hands out the events of a trace one at a time, each checked against those before
+// it (time never goes backwards, every free names a live block, every free_completed a freed one, no
+// address handed out twice while live), or throws TraceError naming the file and the line of the first
+// problem. It never crashes on corrupt, truncated or hostile input, and its memory is proportional to the
+// blocks live at once, not to the events: a trace of any length streams through it. Each alloc and its
+// free / free_completed share a `block` slot, so that a replay needs no address lookups. read_trace()
+// and parse_trace() collect every event in memory (for tests and small traces).
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,12 +40,17 @@ struct Event {
   std::uint64_t size = 0;
   std::uint64_t stream = 0;
   std::uint32_t line = 0;   // 1-based line in the file (the header is line 1)
-  std::uint32_t block = 0;  // alloc / free / free_completed: index of the block (0, 1, ... in alloc order)
+  // alloc / free / free_completed: the block's slot, the same for an alloc and its free / free_completed.
+  // A slot is taken at the alloc and given back when the block becomes reusable (its free_completed where
+  // the trace has those, else its free); the slot given back last is taken next, so there are never
+  // more slots than blocks live at once.
+  std::uint32_t block = 0;
   Op op = Op::alloc;
 };
 
 // Figures the reader derives from the events while it validates them.
 struct TraceSummary {
+  std::size_t events = 0;
   std::size_t allocs = 0, frees = 0, free_completeds = 0, segment_events = 0;
   // Blocks become reusable at free_completed where the trace has those events, else at free.
   bool has_free_completed = false;
@@ -50,17 +58,23 @@ struct TraceSummary {
   std::uint64_t peak_requested = 0;
   std::size_t peak_requested_event = 0;  // index of the event that reached it
   std::uint64_t live_at_end = 0;         // requested bytes never freed while recorded
+  std::size_t peak_live_blocks = 0;      // slots used: the most blocks allocated and not yet reusable
   // The recording allocator's own device traffic (segment_* events): reserved bytes peak,
   // segment_alloc + segment_map count. Only meaningful when segment_events > 0.
   std::uint64_t recorded_peak_reserved = 0;
   std::size_t recorded_segment_allocs = 0;
 };
 
-struct Trace {
+// What a trace says about itself: its header, and the figures of its events.
+struct TraceInfo {
   std::string path;
   std::string source, device;  // from the header; empty when absent
-  std::vector<Event> events;
   TraceSummary summary;
+};
+
+// A trace held in memory.
+struct Trace : TraceInfo {
+  std::vector<Event> events;
 };
 
 // A trace that cannot be read. what() is one sentence: "FILE: line N: problem."
@@ -77,7 +91,34 @@ class TraceError : public Error {
   std::string problem_;
 };
 
-// Reads and validates a trace file (plain or gzip). Throws TraceError.
+// Streams a trace. Every method throws TraceError for bad input (and std::bad_alloc when the blocks live at
+// once do not fit in this machine's memory).
+class TraceReader {
+ public:
+  // A file, plain or gzip, or a stream such as a pipe. Reads the header; finds out whether the trace has
+  // free_completed events.
+  explicit TraceReader(const std::string& path);
+  // Text in memory (it must outlive the reader); `name` stands for the file in messages.
+  TraceReader(std::string_view text, const std::string& name);
+  ~TraceReader();
+  TraceReader(const TraceReader&) = delete;
+  TraceReader& operator=(const TraceReader&) = delete;
+
+  // The next event, checked, with its line and block set; false after the last one, once the checks of
+  // the whole trace passed (a trace without events is an error).
+  bool next(Event& event);
+  // The header from the start; summary figures of the events read so far (all of them after next()
+  // returned false; has_free_completed from the start).
+  const TraceInfo& info() const;
+  // Back to the first event, for another pass (a pipe was copied to a temporary file at the start).
+  void rewind();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Reads and validates a whole trace file (plain or gzip) into memory. Throws TraceError.
 Trace read_trace(const std::string& path);
 // Same, from text already in memory; `name` stands for the file in messages.
 Trace parse_trace(std::string_view text, const std::string& name);

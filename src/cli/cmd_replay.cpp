@@ -1,8 +1,8 @@
 // gpumem replay TRACE [--capacity SIZE] [--json] [--min-capacity]: thin CLI over gpumem/replay.hpp.
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cstdio>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -19,7 +19,7 @@ namespace {
 
 using trace::ReplayOom;
 using trace::ReplayResult;
-using trace::Trace;
+using trace::TraceInfo;
 
 std::string grouped(std::uint64_t n) {
   std::string digits = std::to_string(n), out;
@@ -44,7 +44,7 @@ nlohmann::json oom_json(const ReplayOom& o) {
           {"largest_free", o.largest_free}, {"capacity", o.capacity}};
 }
 
-nlohmann::json to_json(const Trace& t, const ReplayResult& r, double parse_seconds) {
+nlohmann::json to_json(const TraceInfo& t, const ReplayResult& r) {
   const auto& s = t.summary;
   nlohmann::json j = {
       {"trace", t.path},
@@ -68,7 +68,7 @@ nlohmann::json to_json(const Trace& t, const ReplayResult& r, double parse_secon
       {"page", r.page},
       {"seconds", r.seconds},
       {"ns_per_event", r.ns_per_event()},
-      {"parse_seconds", parse_seconds},
+      {"parse_seconds", r.read_seconds},
       {"allocs", s.allocs},
       {"frees", s.frees},
       {"free_completed", s.free_completeds},
@@ -82,7 +82,7 @@ nlohmann::json to_json(const Trace& t, const ReplayResult& r, double parse_secon
   return j;
 }
 
-void print_table(const Trace& t, const ReplayResult& r, double parse_seconds) {
+void print_table(const TraceInfo& t, const ReplayResult& r) {
   const auto& s = t.summary;
   std::printf("gpumem replay %s\n", printable(t.path).c_str());
   if (!t.source.empty() || !t.device.empty())
@@ -113,7 +113,7 @@ void print_table(const Trace& t, const ReplayResult& r, double parse_seconds) {
                                   grouped(r.calls.access_sets)),
       "as CUDA would make them");
   row("OOMs", grouped(r.ooms), "");
-  row("parse", milliseconds(parse_seconds), "");
+  row("parse", milliseconds(r.read_seconds), "");
   row("replay", fmt::format("{}, {:.0f} ns/event ({:.1f} M events/s)", milliseconds(r.seconds), r.ns_per_event(),
                             r.seconds > 0 ? double(r.events) / r.seconds / 1e6 : 0.0),
       "");
@@ -132,6 +132,55 @@ struct ReplayArgs {
 
 // The sim device models at most this much memory: beyond it sizes stop being realistic and sums overflow.
 constexpr std::uint64_t kMaxReplayCapacity = std::uint64_t(1) << 50;
+
+int find_min_capacity(const ReplayArgs& args, TraceInfo& t, std::uint64_t page) {
+  auto observer = [&](const trace::CapacityProbe& p) {
+    if (args.json) return;
+    std::fprintf(stderr, "probe %zu/~%zu: capacity %s: %s\n", p.number, p.estimated_total, bytes(p.capacity).c_str(),
+                 p.ok ? "ok" : fmt::format("OOM at event {}", grouped(p.oom ? p.oom->event_index : 0)).c_str());
+  };
+  trace::MinCapacityResult m;
+  try {
+    m = trace::find_min_capacity(args.path, t, observer, page);
+  } catch (const OutOfMemoryError& e) {
+    if (args.json) print_json(nlohmann::json{{"trace", t.path}, {"min_capacity", nullptr}, {"error", e.what()}});
+    std::fflush(stdout);
+    std::fprintf(stderr, "gpumem replay: %s\n", e.what());
+    return kExitOutOfMemory;
+  }
+  if (args.json) {
+    nlohmann::json j = to_json(t, m.unconstrained);
+    j["min_capacity"] = m.capacity;
+    j["min_capacity_ratio"] = m.ratio;
+    j["min_capacity_probes"] = m.probes;
+    j["min_capacity_seconds"] = m.seconds;
+    print_json(j);
+  } else {
+    print_table(t, m.unconstrained);
+    std::printf("  %-22s %s = %.4f x peak live (%zu probes at 2 MiB steps, %.2f s)\n", "min capacity", bytes(m.capacity).c_str(),
+                m.ratio, m.probes, m.seconds);
+  }
+  return kExitOk;
+}
+
+int replay_once(const ReplayArgs& args, TraceInfo& t, std::uint64_t capacity, std::uint64_t page) {
+  trace::ReplayOptions options;
+  options.capacity = capacity;
+  options.page = page;
+  const ReplayResult r = trace::replay(args.path, t, options);
+  if (args.json) {
+    print_json(to_json(t, r));
+  } else {
+    print_table(t, r);
+  }
+  if (r.first_oom) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "gpumem replay: %s%s\n", oom_sentence(*r.first_oom).c_str(),
+                 r.ooms > 1 ? fmt::format(" ({} allocations failed in all)", r.ooms).c_str() : "");
+    return kExitOutOfMemory;
+  }
+  return kExitOk;
+}
 
 int run_replay(const ReplayArgs& args) {
   std::uint64_t page = trace::kDefaultReplayPage;
@@ -166,71 +215,20 @@ int run_replay(const ReplayArgs& args) {
                  format_bytes(std::max(page, trace::kCapacityStep)).c_str());
     return kExitUsage;
   }
-  Trace t;
-  const auto parse_start = std::chrono::steady_clock::now();
+  TraceInfo t;
   try {
-    t = trace::read_trace(args.path);
+    return args.min_capacity ? find_min_capacity(args, t, page) : replay_once(args, t, capacity, page);
   } catch (const trace::TraceError& e) {
     std::fprintf(stderr, "gpumem replay: %s\n", e.what());
     return kExitUsage;
-  }
-  const double parse_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - parse_start).count();
-
-  if (args.min_capacity) {
-    auto observer = [&](const trace::CapacityProbe& p) {
-      if (args.json) return;
-      std::fprintf(stderr, "probe %zu/~%zu: capacity %s: %s\n", p.number, p.estimated_total, bytes(p.capacity).c_str(),
-                   p.ok ? "ok" : fmt::format("OOM at event {}", grouped(p.oom ? p.oom->event_index : 0)).c_str());
-    };
-    trace::MinCapacityResult m;
-    try {
-      m = trace::find_min_capacity(t, observer, page);
-    } catch (const OutOfMemoryError& e) {
-      if (args.json) print_json(nlohmann::json{{"trace", t.path}, {"min_capacity", nullptr}, {"error", e.what()}});
-      std::fflush(stdout);
-      std::fprintf(stderr, "gpumem replay: %s\n", e.what());
-      return kExitOutOfMemory;
-    } catch (const trace::TraceError& e) {
-      std::fprintf(stderr, "gpumem replay: %s\n", e.what());
-      return kExitUsage;
-    }
-    if (args.json) {
-      nlohmann::json j = to_json(t, m.unconstrained, parse_seconds);
-      j["min_capacity"] = m.capacity;
-      j["min_capacity_ratio"] = m.ratio;
-      j["min_capacity_probes"] = m.probes;
-      j["min_capacity_seconds"] = m.seconds;
-      print_json(j);
-    } else {
-      print_table(t, m.unconstrained, parse_seconds);
-      std::printf("  %-22s %s = %.4f x peak live (%zu probes at 2 MiB steps, %.2f s)\n", "min capacity", bytes(m.capacity).c_str(),
-                  m.ratio, m.probes, m.seconds);
-    }
-    return kExitOk;
-  }
-
-  trace::ReplayOptions options;
-  options.capacity = capacity;
-  options.page = page;
-  ReplayResult r;
-  try {
-    r = trace::replay(t, options);
-  } catch (const trace::TraceError& e) {
-    std::fprintf(stderr, "gpumem replay: %s\n", e.what());
-    return kExitUsage;
-  }
-  if (args.json) {
-    print_json(to_json(t, r, parse_seconds));
-  } else {
-    print_table(t, r, parse_seconds);
-  }
-  if (r.first_oom) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "gpumem replay: %s%s\n", oom_sentence(*r.first_oom).c_str(),
-                 r.ooms > 1 ? fmt::format(" ({} allocations failed in all)", r.ooms).c_str() : "");
+  } catch (const std::bad_alloc&) {
+    // The trace streams: what fills memory is in proportion to the blocks it keeps live at once.
+    std::fprintf(stderr,
+                 "gpumem replay: out of host memory while replaying %s (this machine's memory, or the ulimit -v it "
+                 "runs under, is too small for the blocks this trace keeps live at once)\n",
+                 printable(args.path).c_str());
     return kExitOutOfMemory;
   }
-  return kExitOk;
 }
 
 CommandRunner setup_replay(CLI::App& sub) {

@@ -1,4 +1,6 @@
 // gpumem: one binary, one subcommand per job. Commands register themselves (command.hpp).
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -12,6 +14,41 @@
 #include "cli/output.hpp"
 
 namespace {
+
+// The command being run, for the out-of-memory sentence, which must not need memory itself.
+char g_command[64] = "";
+
+// Running out of host memory anywhere, even where no exception may pass (a noexcept free that needed
+// memory, a static constructor): one sentence and exit 3, never "terminate called after throwing".
+[[noreturn]] void out_of_host_memory() noexcept {
+  char line[320];
+  const char* tail = " (this machine's memory, or the ulimit -v it runs under, is too small)\n";
+  const int n = g_command[0] ? std::snprintf(line, sizeof line, "gpumem %s: out of host memory while running 'gpumem %s'%s",
+                                             g_command, g_command, tail)
+                             : std::snprintf(line, sizeof line, "gpumem: out of host memory while starting%s", tail);
+  if (n > 0) (void)!::write(2, line, std::min<std::size_t>(std::size_t(n), sizeof line - 1));
+  ::_exit(gpumem::cli::kExitOutOfMemory);
+}
+
+void on_terminate() noexcept {
+  if (const std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::bad_alloc&) {
+      out_of_host_memory();
+    } catch (...) {
+    }
+  }
+  std::abort();
+}
+
+// Installed before the other static constructors of this binary (init_priority: the command registrations
+// allocate too).
+struct InstallTerminateHandler {
+  InstallTerminateHandler() { std::set_terminate(on_terminate); }
+};
+__attribute__((init_priority(101))) InstallTerminateHandler g_install_terminate_handler;
+
 // Every command ends here: output that did not reach stdout (a full disk, /dev/full) is a failure.
 int finish(const std::string& command, int code) {
   std::string why;
@@ -19,9 +56,8 @@ int finish(const std::string& command, int code) {
   std::fprintf(stderr, "gpumem%s%s: %s\n", command.empty() ? "" : " ", command.c_str(), why.c_str());
   return gpumem::cli::kExitFailure;
 }
-}  // namespace
 
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
   using namespace gpumem::cli;
   raw_arguments().assign(argv, argv + argc);
   CliApp cli = make_cli_app();
@@ -51,13 +87,12 @@ int main(int argc, char** argv) {
   }
   for (auto& [sub, run] : cli.runners) {
     if (!sub->parsed()) continue;
+    std::snprintf(g_command, sizeof g_command, "%s", sub->get_name().c_str());
     int code;
     try {
       code = run();
     } catch (const std::bad_alloc&) {
-      std::fprintf(stderr, "gpumem %s: out of host memory (the input is too large for this machine's RAM)\n",
-                   sub->get_name().c_str());
-      code = kExitOutOfMemory;
+      out_of_host_memory();
     } catch (const std::exception& e) {
       std::fprintf(stderr, "gpumem %s: %s\n", sub->get_name().c_str(), e.what());
       code = kExitFailure;
@@ -66,8 +101,20 @@ int main(int argc, char** argv) {
   }
   try {
     return cli.summary();
+  } catch (const std::bad_alloc&) {
+    out_of_host_memory();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpumem: %s\n", e.what());
     return kExitFailure;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run_main(argc, argv);
+  } catch (const std::bad_alloc&) {
+    out_of_host_memory();
   }
 }

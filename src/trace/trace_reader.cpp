@@ -1,14 +1,11 @@
-// Reading: zlib's gzread streams both gzip and plain files; lines are cut out of 1 MiB chunks and handed
-// to the header check (line 1, nlohmann::json: rare, flexible) or the hand-written event parser (hot).
-#include <zlib.h>
-
-#include <cerrno>
+// Reading: a ByteSource gives the bytes, lines are cut out of 1 MiB chunks and handed to the header check
+// (line 1, nlohmann::json: rare, flexible) or the hand-written event parser (hot), then to the validator.
 #include <cstring>
-#include <filesystem>
-#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "gpumem/trace.hpp"
+#include "trace/byte_source.hpp"
 #include "trace/event_parser.hpp"
 #include "trace/trace_validate.hpp"
 
@@ -25,71 +22,97 @@ bool blank(std::string_view line) {
   return true;
 }
 
-// Consumes the lines of one trace in order.
-class TraceBuilder {
+// Cuts a ByteSource into lines; its buffer holds one chunk plus at most one unfinished line.
+class LineReader {
  public:
-  explicit TraceBuilder(Trace& trace) : trace_(trace) {}
+  LineReader(std::unique_ptr<ByteSource> source, const std::string& path) : source_(std::move(source)), path_(path) {}
 
-  std::size_t lines() const { return line_; }
-
-  void add_line(std::string_view text, bool complete) {
-    ++line_;
-    if (line_ > UINT32_MAX) fail("the trace has more than 2^32 lines");
-    if (line_ == 1) return header(text);
-    if (blank(text)) return;
-    Event event;
-    if (!parse_event_line(text, event, problem_)) {
-      if (!complete) problem_ = "the last line is incomplete (truncated file?): " + problem_;
-      fail(problem_);
+  // The next line without its '\n'; false at the end. `complete` is false for a last line without '\n'.
+  bool next(std::string_view& line, bool& complete) {
+    for (;;) {
+      if (const void* nl = std::memchr(buffer_.data() + scanned_, '\n', filled_ - scanned_)) {
+        const std::size_t end = static_cast<const char*>(nl) - buffer_.data();
+        line = std::string_view(buffer_.data() + start_, end - start_);
+        start_ = scanned_ = end + 1;
+        complete = true;
+        return count();
+      }
+      scanned_ = filled_;
+      if (at_end_) {
+        if (start_ == filled_) return false;
+        line = std::string_view(buffer_.data() + start_, filled_ - start_);
+        start_ = scanned_ = filled_;
+        complete = false;
+        return count();
+      }
+      refill();
     }
-    event.line = static_cast<std::uint32_t>(line_);
-    trace_.events.push_back(event);
   }
 
-  void finish() {
-    if (line_ == 0) throw TraceError(trace_.path, 1, "the file is empty; expected a gpumem-trace header");
-    if (trace_.events.empty()) throw TraceError(trace_.path, line_ + 1, "the trace has no events after its header");
-    validate_trace(trace_);
-  }
-
-  [[noreturn]] void fail(const std::string& problem) const { throw TraceError(trace_.path, line_, problem); }
+  std::size_t line() const { return line_; }  // the number of the line last returned
 
  private:
-  void header(std::string_view text) {
-    const auto json = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-    const bool object = !json.is_discarded() && json.is_object();
-    if (!object || !json.contains("format") || json["format"] != "gpumem-trace")
-      fail("not a gpumem-trace file (line 1 must be a header like {\"format\": \"gpumem-trace\", \"version\": 1})");
-    const auto& version = json.contains("version") ? json["version"] : nlohmann::json();
-    if (!version.is_number_integer())
-      fail("the gpumem-trace header has no integer \"version\"");
-    if (version.get<std::int64_t>() != 1)
-      fail("unsupported gpumem-trace version " + version.dump() + " (this gpumem reads version 1)");
-    if (json.contains("source") && json["source"].is_string()) trace_.source = json["source"].get<std::string>();
-    if (json.contains("device") && json["device"].is_string()) trace_.device = json["device"].get<std::string>();
+  bool count() {
+    if (++line_ > UINT32_MAX) throw TraceError(path_, line_, "the trace has more than 2^32 lines");
+    return true;
   }
 
-  Trace& trace_;
+  void refill() {
+    std::memmove(buffer_.data(), buffer_.data() + start_, filled_ - start_);
+    filled_ -= start_;
+    scanned_ -= start_;
+    start_ = 0;
+    if (filled_ > kMaxLineBytes) throw TraceError(path_, line_ + 1, "the line is longer than 1 MiB (not a gpumem-trace file?)");
+    if (buffer_.size() < filled_ + kChunkBytes) buffer_.resize(filled_ + kChunkBytes);
+    std::size_t got;
+    try {
+      got = source_->read(buffer_.data() + filled_, kChunkBytes);
+    } catch (const ByteSourceError& e) {
+      throw TraceError(path_, line_ + 1, e.what());  // lines complete so far were good; the damage is in the next
+    }
+    filled_ += got;
+    at_end_ = got == 0;
+  }
+
+  std::unique_ptr<ByteSource> source_;
+  const std::string& path_;
+  std::string buffer_;
+  std::size_t start_ = 0, scanned_ = 0, filled_ = 0;  // the unread part is [start_, filled_)
   std::size_t line_ = 0;
-  std::string problem_;
+  bool at_end_ = false;
 };
 
-// Hands every complete line of `buffer` to the builder; returns how many bytes were consumed.
-std::size_t feed_lines(std::string_view buffer, TraceBuilder& builder) {
-  std::size_t start = 0;
-  for (;;) {
-    const void* nl = std::memchr(buffer.data() + start, '\n', buffer.size() - start);
-    if (nl == nullptr) break;
-    const std::size_t end = static_cast<const char*>(nl) - buffer.data();
-    builder.add_line(buffer.substr(start, end - start), true);
-    start = end + 1;
+// Where a reader's bytes come from: a file (opened once, read from its start at every pass) or text.
+class Input {
+ public:
+  explicit Input(const std::string& path) : file_(std::in_place, path) {}
+  explicit Input(std::string_view text) : text_(text) {}
+  std::unique_ptr<ByteSource> open() const { return file_ ? file_->open() : ByteSource::from_text(text_); }
+
+ private:
+  std::optional<TraceFile> file_;
+  std::string_view text_;
+};
+
+// Whether any event line is a free_completed: it decides, from the first event on, when blocks become
+// reusable. A pass of its own that parses only the lines that mention the op; it stops at the first one,
+// which in a PyTorch trace comes early. Damage ends the search: the reading proper will report it.
+bool has_free_completed(const Input& input, const std::string& path) {
+  static constexpr std::string_view kNeedle = "\"free_completed\"";
+  try {
+    LineReader lines(input.open(), path);
+    std::string_view line;
+    bool complete;
+    std::string problem;
+    Event event;
+    while (lines.next(line, complete)) {
+      if (lines.line() == 1 || line.find(kNeedle) == std::string_view::npos) continue;
+      if (parse_event_line(line, event, problem) && event.op == Op::free_completed) return true;
+    }
+  } catch (const TraceError&) {
   }
-  return start;
+  return false;
 }
-
-struct GzCloser {
-  void operator()(gzFile_s* f) const { gzclose(f); }
-};
 
 }  // namespace
 
@@ -112,55 +135,96 @@ const char* op_name(Op op) noexcept {
   return "?";
 }
 
-Trace parse_trace(std::string_view text, const std::string& name) {
+struct TraceReader::Impl {
+  // A file, or the text when given.
+  Impl(const std::string& path, std::optional<std::string_view> text) : input(text ? Input(*text) : Input(path)) {
+    info.path = path;
+    info.summary.has_free_completed = has_free_completed(input, info.path);
+    start();
+  }
+
+  // From the first line: the header, then the events with a fresh validator.
+  void start() {
+    info.summary = TraceSummary{.has_free_completed = info.summary.has_free_completed};
+    done = false;
+    validator.reset();
+    lines.emplace(input.open(), info.path);
+    validator.emplace(info.path, info.summary);
+    std::string_view line;
+    bool complete;
+    if (!lines->next(line, complete)) throw TraceError(info.path, 1, "the file is empty; expected a gpumem-trace header");
+    info.source.clear();
+    info.device.clear();
+    header(line);
+  }
+
+  void header(std::string_view text) {
+    const auto json = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+    const bool object = !json.is_discarded() && json.is_object();
+    if (!object || !json.contains("format") || json["format"] != "gpumem-trace")
+      fail("not a gpumem-trace file (line 1 must be a header like {\"format\": \"gpumem-trace\", \"version\": 1})");
+    const auto& version = json.contains("version") ? json["version"] : nlohmann::json();
+    if (!version.is_number_integer()) fail("the gpumem-trace header has no integer \"version\"");
+    if (version.get<std::int64_t>() != 1)
+      fail("unsupported gpumem-trace version " + version.dump() + " (this gpumem reads version 1)");
+    if (json.contains("source") && json["source"].is_string()) info.source = json["source"].get<std::string>();
+    if (json.contains("device") && json["device"].is_string()) info.device = json["device"].get<std::string>();
+  }
+
+  [[noreturn]] void fail(const std::string& problem) const { throw TraceError(info.path, lines->line(), problem); }
+
+  bool next(Event& event) {
+    if (done) return false;
+    std::string_view line;
+    bool complete;
+    while (lines->next(line, complete)) {
+      if (blank(line)) continue;
+      if (!parse_event_line(line, event, problem)) {
+        if (!complete) problem = "the last line is incomplete (truncated file?): " + problem;
+        fail(problem);
+      }
+      event.line = static_cast<std::uint32_t>(lines->line());
+      validator->add(event);
+      return true;
+    }
+    if (info.summary.events == 0) throw TraceError(info.path, lines->line() + 1, "the trace has no events after its header");
+    done = true;
+    return false;
+  }
+
+  Input input;
+  TraceInfo info;
+  std::optional<LineReader> lines;
+  std::optional<TraceValidator> validator;
+  std::string problem;
+  bool done = false;
+};
+
+TraceReader::TraceReader(const std::string& path) : impl_(std::make_unique<Impl>(path, std::nullopt)) {}
+TraceReader::TraceReader(std::string_view text, const std::string& name) : impl_(std::make_unique<Impl>(name, text)) {}
+void TraceReader::rewind() { impl_->start(); }
+TraceReader::~TraceReader() = default;
+bool TraceReader::next(Event& event) { return impl_->next(event); }
+const TraceInfo& TraceReader::info() const { return impl_->info; }
+
+namespace {
+Trace collect(TraceReader& reader) {
   Trace trace;
-  trace.path = name;
-  TraceBuilder builder(trace);
-  const std::size_t used = feed_lines(text, builder);
-  if (used < text.size()) builder.add_line(text.substr(used), false);
-  builder.finish();
+  Event event;
+  while (reader.next(event)) trace.events.push_back(event);
+  static_cast<TraceInfo&>(trace) = reader.info();
   return trace;
+}
+}  // namespace
+
+Trace parse_trace(std::string_view text, const std::string& name) {
+  TraceReader reader(text, name);
+  return collect(reader);
 }
 
 Trace read_trace(const std::string& path) {
-  Trace trace;
-  trace.path = path;
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw TraceError(path, 0, "is a directory, not a trace file");
-  errno = 0;
-  std::unique_ptr<gzFile_s, GzCloser> file(gzopen(path.c_str(), "rb"));
-  if (!file) {
-    throw TraceError(path, 0, std::string("cannot open the trace: ") + (errno ? std::strerror(errno) : "out of memory"));
-  }
-  gzbuffer(file.get(), 256 * 1024);
-  TraceBuilder builder(trace);
-  std::string buffer;
-  std::size_t filled = 0;
-  for (;;) {
-    if (buffer.size() < filled + kChunkBytes) buffer.resize(filled + kChunkBytes);
-    const int got = gzread(file.get(), buffer.data() + filled, static_cast<unsigned>(kChunkBytes));
-    int zerr = Z_OK;
-    const char* zmsg = gzerror(file.get(), &zerr);
-    if (got < 0 || (zerr != Z_OK && zerr != Z_BUF_ERROR) || (got == 0 && zerr == Z_BUF_ERROR)) {
-      // Lines completed so far are good; the damage lies in the next one.
-      feed_lines(std::string_view(buffer.data(), filled + std::max(got, 0)), builder);
-      if (zerr == Z_ERRNO) throw TraceError(path, builder.lines() + 1, std::string("cannot read the trace: ") + std::strerror(errno));
-      std::string why = zmsg ? zmsg : "unknown zlib error";
-      if (why.rfind(path + ": ", 0) == 0) why.erase(0, path.size() + 2);  // zlib prefixes the path
-      throw TraceError(path, builder.lines() + 1, "the compressed data is corrupt or truncated (" + why + ")");
-    }
-    if (got == 0) break;
-    filled += static_cast<std::size_t>(got);
-    const std::size_t used = feed_lines(std::string_view(buffer.data(), filled), builder);
-    std::memmove(buffer.data(), buffer.data() + used, filled - used);
-    filled -= used;
-    if (filled > kMaxLineBytes) {
-      throw TraceError(path, builder.lines() + 1, "the line is longer than 1 MiB (not a gpumem-trace file?)");
-    }
-  }
-  if (filled > 0) builder.add_line(std::string_view(buffer.data(), filled), false);
-  builder.finish();
-  return trace;
+  TraceReader reader(path);
+  return collect(reader);
 }
 
 }  // namespace gpumem::trace

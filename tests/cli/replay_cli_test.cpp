@@ -172,6 +172,8 @@ TEST_F(ReplayCli, BadInputExitsTwoWithOneSentence) {
   for (int i = 0; i < 3000; ++i) gz_text += "{\"t\": 1, \"op\": \"alloc\", \"addr\": " + std::to_string(4096 * (i + 1)) + ", \"size\": 512, \"stream\": 0}\n";
   const std::string truncated = write_gzip("trunc.jsonl.gz", gz_text);
   fs::resize_file(truncated, fs::file_size(truncated) * 2 / 3);
+  const std::string appended = write_gzip("appended.jsonl.gz", gz_text);
+  std::ofstream(appended, std::ios::binary | std::ios::app) << "garbage";
   const std::vector<Case> cases = {
       {{write("op.jsonl", text)}, "op.jsonl: line 6: unknown op \"realloc\""},
       {{write("free.jsonl", trace_text({{"alloc", 1, 10}, {"free", 9, 10}}))}, "line 3: free of address 0x9 which is not allocated"},
@@ -179,6 +181,7 @@ TEST_F(ReplayCli, BadInputExitsTwoWithOneSentence) {
       {{write("miss.jsonl", trace_text({}) + "{\"t\": 1, \"op\": \"alloc\", \"addr\": 1, \"stream\": 0}\n")}, "line 2: missing field \"size\""},
       {{write("hdr.jsonl", "{\"format\": \"chrome-trace\"}\n")}, "line 1: not a gpumem-trace file"},
       {{truncated}, "the compressed data is corrupt or truncated"},
+      {{appended}, "appended.jsonl.gz: line 3002: 7 bytes after the end of the gzip data"},
       {{(dir_ / "absent.jsonl.gz").string()}, "cannot open the trace"},
       {{good, "--capacity", "lots"}, "invalid size \"lots\""},
       {{good, "--capacity", "-1GiB"}, "cannot be negative"},

@@ -1,8 +1,10 @@
 // Fuzz target: the trace reader. Text goes to parse_trace; input that starts like gzip goes through a
-// file to read_trace (zlib's path). Anything but TraceError escaping, or a crash, is a bug.
+// file to read_trace (zlib's path). Anything but TraceError escaping, a crash, or a rewound reader that
+// gives other events, is a bug.
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <string>
 #include <string_view>
@@ -23,6 +25,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   try {
     gpumem::trace::parse_trace(text, "fuzz");
+  } catch (const gpumem::trace::TraceError&) {
+  }
+  // A rewound reader gives the same events again (--min-capacity's streamed probes rely on it).
+  try {
+    gpumem::trace::TraceReader reader(text, "fuzz");
+    gpumem::trace::Event e;
+    std::size_t first = 0, second = 0;
+    while (reader.next(e)) ++first;
+    reader.rewind();
+    while (reader.next(e)) ++second;
+    if (first != second) std::abort();
   } catch (const gpumem::trace::TraceError&) {
   }
   if (size >= 2 && data[0] == 0x1f && data[1] == 0x8b) {

@@ -98,5 +98,42 @@ TEST(Replay, RecordedTransformerStaysWithinOnePercent) {
   EXPECT_GE(r.ratio, 1.0);
 }
 
+// Streaming the file gives the figures of the trace held in memory, and --min-capacity's answer is the
+// same whether its probes replay the cached steps or stream the file again (no cache).
+TEST(Replay, StreamedFileGivesTheFiguresOfTheTraceInMemory) {
+  const std::string path = GPUMEM_SOURCE_DIR "/tests/data/lm_h200_gpumem.jsonl.gz";
+  const Trace t = read_trace(path);
+  ReplayOptions options;
+  options.capacity = 8ull << 30;  // OOMs, so the first one's event and line are compared too
+  const ReplayResult a = replay(t, options);
+  TraceInfo info;
+  const ReplayResult b = replay(path, info, options);
+  EXPECT_EQ(info.summary.events, t.events.size());
+  EXPECT_EQ(info.summary.peak_requested, t.summary.peak_requested);
+  EXPECT_EQ(info.summary.peak_live_blocks, t.summary.peak_live_blocks);
+  EXPECT_EQ(b.events, a.events);
+  EXPECT_EQ(b.operations, a.operations);
+  EXPECT_EQ(b.peak_reserved, a.peak_reserved);
+  EXPECT_EQ(b.calls.device_calls(), a.calls.device_calls());
+  EXPECT_EQ(b.ooms, a.ooms);
+  ASSERT_TRUE(a.first_oom && b.first_oom);
+  EXPECT_EQ(b.first_oom->event_index, a.first_oom->event_index);
+  EXPECT_EQ(b.first_oom->line, a.first_oom->line);
+  EXPECT_GT(b.read_seconds, 0.0);
+
+  const MinCapacityResult in_memory = find_min_capacity(t, {}, 2 * MiB);
+  TraceInfo cached_info, streamed_info;
+  std::size_t streamed_probes = 0;
+  const MinCapacityResult cached = find_min_capacity(path, cached_info, {}, 2 * MiB);
+  const MinCapacityResult streamed =
+      find_min_capacity(path, streamed_info, [&](const CapacityProbe&) { ++streamed_probes; }, 2 * MiB, /*cache_bytes=*/0);
+  EXPECT_EQ(cached.capacity, in_memory.capacity);
+  EXPECT_EQ(streamed.capacity, in_memory.capacity);
+  EXPECT_EQ(cached.probes, in_memory.probes);
+  EXPECT_EQ(streamed.probes, in_memory.probes);
+  EXPECT_EQ(streamed_probes, in_memory.probes);
+  EXPECT_EQ(streamed.unconstrained.peak_reserved, in_memory.unconstrained.peak_reserved);
+}
+
 }  // namespace
 }  // namespace gpumem::trace

@@ -1,12 +1,16 @@
 // The trace reader: plain and gzip files, the summary it derives, and every kind of bad input, each
 // with the line number it must name.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <thread>
 
 #include "gpumem/trace.hpp"
 
@@ -75,11 +79,14 @@ TEST(TraceReader, ParsesEventsAndHeader) {
   EXPECT_EQ(t.events[1].size, 300u);
   EXPECT_EQ(t.events[1].stream, 7u);
   EXPECT_EQ(t.events[1].line, 3u);
-  // blocks are numbered in alloc order; frees carry their alloc's number
+  // a block's free carries its alloc's slot; the slot of a released block is taken by the next alloc
   EXPECT_EQ(t.events[0].block, 0u);
+  EXPECT_EQ(t.events[1].block, 1u);
   EXPECT_EQ(t.events[2].block, 0u);
-  EXPECT_EQ(t.events[3].block, 2u);
+  EXPECT_EQ(t.events[3].block, 0u);
   EXPECT_EQ(t.events[4].block, 1u);
+  EXPECT_EQ(t.summary.peak_live_blocks, 2u);
+  EXPECT_EQ(t.summary.events, 5u);
   EXPECT_EQ(t.summary.allocs, 3u);
   EXPECT_EQ(t.summary.frees, 2u);
   EXPECT_FALSE(t.summary.has_free_completed);
@@ -194,6 +201,95 @@ TEST(TraceReader, CorruptGzipIsAnError) {
   }
 }
 
+// gzip allows members one after another (`cat a.gz b.gz`); anything else after the data is damage, and
+// every kind of it is named: text, random bytes, zero padding, a truncated second member.
+TEST(TraceReader, BytesAfterTheGzipDataAreAnErrorNamingTheFile) {
+  TempDir dir;
+  const std::string first = lines({kHeader, ev("alloc", 1, 10)}), second = lines({ev("free", 1, 10)});
+  const std::string a = dir.write_gzip("a.gz", first), b = dir.write_gzip("b.gz", second);
+  std::ifstream in_a(a, std::ios::binary), in_b(b, std::ios::binary);
+  const std::string gz_a((std::istreambuf_iterator<char>(in_a)), {}), gz_b((std::istreambuf_iterator<char>(in_b)), {});
+  const Trace two = read_trace(dir.write_plain("two.gz", gz_a + gz_b));
+  ASSERT_EQ(two.events.size(), 2u);
+  EXPECT_EQ(two.events[1].line, 3u);
+
+  const std::pair<std::string, std::string> tails[] = {
+      {"garbage here\n", "13 bytes after the end of the gzip data"},
+      {std::string("\xA5\x00\x17", 3), "3 bytes after the end of the gzip data"},
+      {std::string(512, '\0'), "512 bytes after the end of the gzip data"},
+      {gz_b.substr(0, gz_b.size() / 2), "corrupt or truncated"},
+  };
+  for (const auto& [tail, needle] : tails) {
+    const std::string path = dir.write_plain("tail.gz", gz_a + tail);
+    try {
+      read_trace(path);
+      ADD_FAILURE() << "accepted " << tail.size() << " bytes after the gzip data";
+    } catch (const TraceError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(path + ": line 3: ", 0), 0u) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The reader keeps no event: slots are reused, so a long trace with few blocks live needs few of them.
+TEST(TraceReader, StreamsWithSlotsBoundedByTheLiveBlocks) {
+  std::string text = kHeader + "\n";
+  for (std::uint64_t i = 0; i < 20000; ++i) {
+    text += ev("alloc", 4096 * (i % 8 + 1), 64, 0, i) + "\n";
+    if (i >= 3) text += ev("free", 4096 * ((i - 3) % 8 + 1), 64, 0, i) + "\n";
+  }
+  TraceReader reader(text, "mem");
+  Event e;
+  std::size_t n = 0;
+  std::uint32_t top = 0;
+  while (reader.next(e)) {
+    ++n;
+    top = std::max(top, e.block);
+    EXPECT_EQ(reader.info().summary.events, n);
+  }
+  EXPECT_FALSE(reader.next(e)) << "the end stays the end";
+  EXPECT_EQ(n, 39997u);
+  EXPECT_EQ(top, 3u);
+  EXPECT_EQ(reader.info().summary.peak_live_blocks, 4u);
+  EXPECT_EQ(reader.info().summary.peak_requested, 4u * 64);
+}
+
+// A free_completed anywhere decides for the whole trace, even when it comes after the first frees.
+TEST(TraceReader, LateFreeCompletedDecidesFromTheStart) {
+  const std::string text = lines({kHeader, ev("alloc", 1, 100), ev("free", 1, 100), ev("alloc", 2, 100), ev("alloc", 3, 100),
+                                  ev("free_completed", 1, 100)});
+  const Trace t = parse_trace(text, "mem");
+  EXPECT_TRUE(t.summary.has_free_completed);
+  EXPECT_EQ(t.summary.peak_requested, 300u);
+  // the op's name inside another field's string is not an event
+  const Trace u = parse_trace(lines({kHeader, ev("alloc", 1, 100), R"({"t": 1, "op": "free", "addr": 1, "size": 100, "stream": 0, "note": "free_completed"})"}), "mem");
+  EXPECT_FALSE(u.summary.has_free_completed);
+}
+
+// A pipe (`gpumem replay <(zcat t.gz)`) can be read only once; the reader copies it, so that the pass
+// that looks for free_completed, the reading proper and a rewind (--min-capacity's probes) all see it.
+TEST(TraceReader, PipeIsReadOnceAndRewindable) {
+  TempDir dir;
+  const std::string gz = dir.write_gzip("p.gz", kSimple);
+  std::ifstream in(gz, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  const std::string fifo = dir.write_plain("fifo", "");
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::thread writer([&] { std::ofstream(fifo, std::ios::binary) << bytes; });
+  TraceReader reader(fifo);
+  writer.join();
+  Event e;
+  for (int pass = 0; pass < 2; ++pass) {
+    std::size_t n = 0;
+    while (reader.next(e)) ++n;
+    EXPECT_EQ(n, 5u) << "pass " << pass;
+    EXPECT_EQ(reader.info().summary.peak_requested, 400u) << "pass " << pass;
+    EXPECT_EQ(reader.info().source, "unit test");
+    reader.rewind();
+  }
+}
+
 TEST(TraceReader, TruncatedPlainLastLine) {
   const std::string text = kSimple + R"({"t": 1, "op": "alloc", "addr": 77, "si)";
   expect_error(text, 7, "incomplete");
@@ -269,6 +365,11 @@ TEST(TraceReader, InconsistentEvents) {
   // Without free_completed the block is gone at its free; a second free is still named a double free.
   expect_error(lines({kHeader, ev("alloc", 1, 10), ev("free", 1, 10), ev("free", 1, 10)}), 4,
                "double free: address 0x1 was already freed on line 3");
+  // Frees are remembered for that only while recent (the reader's memory must not grow with the trace):
+  // a double free after 2^17 other frees is still refused, as a free of an address not allocated.
+  std::string many = lines({kHeader, ev("alloc", 1, 10), ev("free", 1, 10)});
+  for (std::uint64_t i = 0; i < (1u << 17); ++i) many += ev("alloc", 4096 * (i + 1), 1) + "\n" + ev("free", 4096 * (i + 1), 1) + "\n";
+  expect_error(many + ev("free", 1, 10) + "\n", 4 + (2u << 17), "free of address 0x1 which is not allocated");
   expect_error(lines({kHeader, ev("alloc", 1, 10), ev("free", 1, 10), ev("alloc", 1, 10), ev("free", 1, 10), ev("free", 1, 10)}),
                6, "already freed on line 5");
   expect_error(lines({kHeader, ev("alloc", 1, 10), ev("free", 1, 20)}), 3, "gives size 20 but it was allocated with size 10");
