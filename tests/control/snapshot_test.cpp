@@ -2,6 +2,7 @@
 // backend): the pickle loads in python3 and holds the child's live blocks at their addresses and sizes, and
 // matches PyTorch's own snapshot key by key; the JSON likewise; errors get one sentence and their exit code.
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -194,6 +195,22 @@ TEST(ControlSnapshot, ErrorsGetOneSentenceAndLeaveTheFileAlone) {
   auto [ls_rc, ls_out] = shell("ls -A " + dir.path);
   EXPECT_EQ(ls_out.find(".gpumem-"), std::string::npos) << ls_out;
   EXPECT_EQ(t.ask("alloc 1024"), "ok");
+}
+
+TEST(ControlSnapshot, AnotherUserIsRefused) {
+  if (geteuid() != 0 || std::system("command -v setpriv >/dev/null") != 0) GTEST_SKIP() << "needs root and setpriv";
+  ControlDir dir;
+  Target t({"GPUMEM_HOST_CAPACITY=256MiB"});
+  chmod(dir.path.c_str(), 0755);  // even with the socket reachable, the server checks the caller's uid
+  chmod((dir.path + "/" + std::to_string(t.pid()) + ".sock").c_str(), 0666);
+  std::string file = "/tmp/gpumem-snapshot-nobody-" + std::to_string(getpid()) + ".pickle";
+  auto [rc, out] = shell("setpriv --reuid=nobody --regid=nogroup --clear-groups env GPUMEM_CONTROL_DIR=" + dir.path +
+                         " " + kGpumem + " snapshot " + std::to_string(t.pid()) + " -o " + file + " 2>&1");
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("another user"), std::string::npos) << out;
+  EXPECT_EQ(file_size(file), -1);  // nothing written
+  auto [ls_rc, ls_out] = shell("ls -A /tmp | grep -c 'gpumem-snapshot-nobody-" + std::to_string(getpid()) + "'");
+  EXPECT_EQ(ls_out, "0\n");  // nor a temporary left behind
 }
 
 TEST(ControlSnapshot, StdoutTakesTheDocument) {
