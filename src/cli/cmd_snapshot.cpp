@@ -1,7 +1,10 @@
 // gpumem snapshot PID -o FILE: a running gpumem process's memory snapshot, fetched over its control socket
 // (src/control/client.hpp) and written by this process, so FILE is opened with the caller's permissions and
 // the program never writes through a path it was given.
+#include <cstdio>
 #include <memory>
+#include <optional>
+#include <string_view>
 
 #include "cli/command.hpp"
 #include "cli/exit_codes.hpp"

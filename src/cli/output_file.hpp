@@ -26,7 +26,6 @@ class OutputFile {
 
   void write(std::string_view data);
   void commit();
-  const std::string& path() const { return path_; }
 
  private:
   [[noreturn]] void fail(int err) const;

@@ -128,11 +128,10 @@ Connection connect_and_send(int pid, const nlohmann::json& request, Clock::time_
   return c;
 }
 
-// Reads one answer frame of at most `max_bytes`; throws unless it is JSON with "ok": true.
-nlohmann::json read_answer(int pid, Connection& c, Clock::time_point deadline, std::chrono::milliseconds timeout,
-                           std::size_t max_bytes = kMaxAnswerBytes) {
+// Reads one answer frame; throws unless it is JSON with "ok": true.
+nlohmann::json read_answer(int pid, Connection& c, Clock::time_point deadline, std::chrono::milliseconds timeout) {
   std::string error, body;
-  if (!recv_frame(c.fd.fd, body, max_bytes, deadline, error)) {
+  if (!recv_frame(c.fd.fd, body, kMaxAnswerBytes, deadline, error)) {
     if (!c.sent) error = c.send_error;
     if (!process_alive(pid)) throw ControlError(FailureKind::gone, pid, who(pid) + " ended before it answered");
     throw ControlError(FailureKind::no_answer, pid,

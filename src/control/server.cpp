@@ -120,7 +120,7 @@ void serve_one(int fd, const ServerHooks& hooks) {
     send_frame(fd, to_wire(error_answer("bad request: " + error)), deadline, error);
     return;
   }
-  std::string parse_error;
+  std::string parse_error;  // a snapshot answers in many frames; everything else in one (parsed again there)
   if (std::optional<Request> r = parse_request(body, parse_error); r && r->op == Op::snapshot) {
     serve_snapshot(fd, *r, hooks);
     return;
@@ -240,7 +240,7 @@ void serve_connection(int fd, const ServerHooks& hooks) {
   try {
     serve_one(fd, hooks);
   } catch (...) {
-    // out of memory: the connection ends, as in the server thread
+    // out of host memory: this connection ends, the server goes on
   }
 }
 

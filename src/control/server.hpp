@@ -5,8 +5,9 @@
 // Contract:
 //  - start_server() is idempotent and thread-safe; it returns false (and says why in `why`) when the
 //    channel is off (GPUMEM_CONTROL=0) or cannot be set up. It never throws.
-//  - The thread answers one connection at a time, each bounded by a 2 s deadline; peers of another uid
-//    (except root) get an error answer and nothing else. Exceptions in handlers become error answers.
+//  - The thread answers one connection at a time, each bounded by a 2 s deadline (a snapshot's transfer:
+//    2 s without progress, 5 minutes in all); peers of another uid (except root) get an error answer and
+//    nothing else. Exceptions in handlers become error answers.
 //  - The socket is unlinked at normal exit.
 //  - stop: sets stop_requested(), releases every device's cache, then sends SIGINT to the process (Python's
 //    main thread raises KeyboardInterrupt, or runs the shim's on_stop handler).
