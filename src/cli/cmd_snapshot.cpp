@@ -45,6 +45,7 @@ control::SnapshotFormat format_of(const SnapshotArgs& a) {
 
 int run_snapshot(const SnapshotArgs& a) {
   control::SnapshotFormat format = format_of(a);
+  if (a.file.empty()) throw CLI::ValidationError("-o needs a file name ('-' for stdout)");
   if (a.json && a.file == "-") throw CLI::ValidationError("--json and -o - would both write to stdout");
   std::optional<int> device;
   if (a.device >= 0) device = a.device;

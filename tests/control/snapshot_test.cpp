@@ -181,6 +181,8 @@ TEST(ControlSnapshot, ErrorsGetOneSentenceAndLeaveTheFileAlone) {
   EXPECT_NE(fmt_out.find("pickle or json"), std::string::npos) << fmt_out;
   auto [both_rc, both_out] = shell(kGpumem + " snapshot " + pid + " -o - --json 2>&1");
   EXPECT_EQ(both_rc, 2) << both_out;
+  auto [empty_rc, empty_out] = shell(kGpumem + " snapshot " + pid + " -o '' 2>&1");
+  EXPECT_EQ(empty_rc, 2) << empty_out;
   auto [dev_rc, dev_out] = shell(kGpumem + " snapshot " + pid + " -o " + kept + " --device 7 2>&1");
   EXPECT_EQ(dev_rc, 1);
   EXPECT_NE(dev_out.find("no allocator on device 7"), std::string::npos) << dev_out;
