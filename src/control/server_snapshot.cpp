@@ -20,8 +20,14 @@ namespace {
 constexpr auto kStallTimeout = std::chrono::seconds(2);
 constexpr auto kTransferLimit = std::chrono::minutes(5);
 
-std::mutex g_source_mutex;
-SnapshotSource g_source;  // guarded by g_source_mutex
+struct SourceSlot {
+  std::mutex mutex;
+  SnapshotSource source;  // guarded by mutex
+};
+SourceSlot& source_slot() {
+  static SourceSlot* slot = new SourceSlot;  // leaked: the server thread may read it while the process exits
+  return *slot;
+}
 
 // The data frames of one document. Failing to send marks it broken: the ostream then reports badbit and
 // the renderer stops at its next write.
@@ -69,8 +75,8 @@ class FrameStreamBuf final : public std::streambuf {
 report::TorchSnapshotInput take_snapshot(const ServerHooks& hooks) {
   SnapshotSource source;
   {
-    std::lock_guard lock(g_source_mutex);
-    source = g_source;
+    std::lock_guard lock(source_slot().mutex);
+    source = source_slot().source;
   }
   if (source) return source();
   report::TorchSnapshotInput in;
@@ -113,8 +119,8 @@ Prepared prepare(const Request& r, const ServerHooks& hooks) {
 }  // namespace
 
 void set_snapshot_source(SnapshotSource source) {
-  std::lock_guard lock(g_source_mutex);
-  g_source = std::move(source);
+  std::lock_guard lock(source_slot().mutex);
+  source_slot().source = std::move(source);
 }
 
 nlohmann::json snapshot_head(const Request& request, const ServerHooks& hooks) {
