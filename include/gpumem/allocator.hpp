@@ -37,8 +37,8 @@ struct AllocatorConfig {
   // Physical memory is taken from the device in chunks of at least this much (rounded to the backend's
   // granularity). 0 picks the default: 1/256 of what is reserved, between 2 MiB and 64 MiB.
   std::size_t min_chunk_bytes = 0;
-  // Cut every map call into units of at most this size (rounded to the granularity), so that
-  // empty_cache() can unmap finer. 0: one call per contiguous run of physical memory (fewest calls).
+  // Map in units of this size (rounded to the granularity): empty_cache() gives memory back in these
+  // units. 0: one page (the backend's granularity), the finest.
   std::size_t map_unit_bytes = 0;
   // Stitch free pages (of any stream's pool) into a new block instead of growing only while at most this
   // fraction of the reserved memory is mapped but free, or when growing would cross the limit or fill
@@ -130,7 +130,7 @@ class Allocator {
   // while the other process uses it. Throws gpumem::Error when ptr is not the start of a live allocation
   // or lies in a plain segment, BackendError when the backend cannot share.
   struct SharedPiece {
-    std::vector<int> fds;  // Backend::export_chunk of the whole chunk
+    std::vector<int> fds;  // Backend::export_pages: the chunk, or only the pages shared
     std::size_t chunk_bytes = 0, offset = 0, bytes = 0;
   };
   struct SharedAllocation {

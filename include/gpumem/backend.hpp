@@ -5,8 +5,13 @@
 //    release_range() gives it back (all mappings inside must have been unmapped first).
 //  - Physical chunks: create_chunk(bytes) (a multiple of granularity()) returns a handle to physical memory;
 //    map(va, bytes, chunk, offset) makes [va, va+bytes) read/write from chunk[offset, offset+bytes);
-//    va, bytes and offset are multiples of granularity(). unmap(va, bytes) must name exactly one earlier
-//    map() call's range. release_chunk() frees a chunk that has no mapping left. The same physical bytes
+//    va, bytes and offset are multiples of granularity(). map_run(va, calls) maps several such calls one
+//    after another from va, all or none, and grants access once for the whole run (the costly step on
+//    CUDA); each call of the run is one map() for unmap(). unmap(va, bytes) must name exactly one earlier
+//    map() call's range. release_chunk() frees a chunk that has no mapping left. release_chunk_part()
+//    frees the physical pages [offset, offset+bytes) of a chunk that no mapping covers (the rest of the
+//    chunk stays usable; release_chunk() later frees what is left); it returns false, changing nothing,
+//    where the backend cannot free part of a chunk. The same physical bytes
 //    seen through two mappings are the same memory (host: memfd + mmap(MAP_FIXED); CUDA: cuMem* VMM).
 //  - Plain memory: allocate(bytes) / free(ptr) for setups without virtual memory management.
 //  - Stream order: record_event(stream) marks the work queued on a stream so far; event_done() tells
@@ -79,10 +84,31 @@ class Backend {
   virtual void release_chunk(ChunkHandle chunk) noexcept = 0;
   virtual void map(DevicePtr va, std::size_t bytes, ChunkHandle chunk, std::size_t offset) = 0;
   virtual void unmap(DevicePtr va, std::size_t bytes) noexcept = 0;
+  struct MapCall {
+    std::size_t bytes = 0;
+    ChunkHandle chunk = 0;
+    std::size_t offset = 0;
+  };
+  // One map() per call, in order from va; unmaps what it mapped when one fails, then rethrows.
+  virtual void map_run(DevicePtr va, const std::vector<MapCall>& calls);
+  virtual bool release_chunk_part(ChunkHandle /*chunk*/, std::size_t /*offset*/, std::size_t /*bytes*/) noexcept {
+    return false;
+  }
 
   virtual bool supports_sharing() const noexcept { return false; }
   virtual std::vector<int> export_chunk(ChunkHandle /*chunk*/) {
     throw BackendError(std::string(name()) + " backend: cannot share memory with other processes");
+  }
+  // What stands for pages [offset, offset+bytes) of a chunk of chunk_bytes: descriptors for import_chunk()
+  // of an `imported_bytes` chunk, in which those pages start at `imported_offset`. By default the whole
+  // chunk; backends whose pages are separate allocations send only the pages asked for (others may have
+  // been released on their own).
+  struct ExportedPages {
+    std::vector<int> fds;
+    std::size_t imported_bytes = 0, imported_offset = 0;
+  };
+  virtual ExportedPages export_pages(ChunkHandle chunk, std::size_t chunk_bytes, std::size_t offset, std::size_t) {
+    return {export_chunk(chunk), chunk_bytes, offset};
   }
   virtual ChunkHandle import_chunk(const std::vector<int>& /*fds*/, std::size_t /*bytes*/) {
     throw BackendError(std::string(name()) + " backend: cannot share memory with other processes");

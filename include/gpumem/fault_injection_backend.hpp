@@ -38,6 +38,7 @@ class FaultInjectionBackend final : public Backend {
   void release_range(DevicePtr base, std::size_t bytes) noexcept override;
   ChunkHandle create_chunk(std::size_t bytes) override;
   void release_chunk(ChunkHandle chunk) noexcept override;
+  bool release_chunk_part(ChunkHandle chunk, std::size_t offset, std::size_t bytes) noexcept override;
   void map(DevicePtr va, std::size_t bytes, ChunkHandle chunk, std::size_t offset) override;
   void unmap(DevicePtr va, std::size_t bytes) noexcept override;
   DevicePtr allocate(std::size_t bytes) override;

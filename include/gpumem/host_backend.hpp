@@ -49,6 +49,7 @@ class HostBackend final : public Backend {
   bool supports_sharing() const noexcept override { return true; }
   std::vector<int> export_chunk(ChunkHandle chunk) override;            // a duplicate of its memfd
   ChunkHandle import_chunk(const std::vector<int>& fds, std::size_t bytes) override;
+  bool release_chunk_part(ChunkHandle chunk, std::size_t offset, std::size_t bytes) noexcept override;  // punches a hole
   void unmap(DevicePtr va, std::size_t bytes) noexcept override;
   DevicePtr allocate(std::size_t bytes) override;
   void free(DevicePtr ptr) noexcept override;
@@ -74,6 +75,7 @@ class HostBackend final : public Backend {
     std::size_t bytes;
     std::size_t mappings;
     bool imported = false;  // another process's memory: takes no capacity here
+    std::size_t released = 0;  // bytes punched out by release_chunk_part
   };
   struct Mapping {
     std::size_t bytes;

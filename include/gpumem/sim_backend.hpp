@@ -4,6 +4,7 @@
 // complete_stream() is called for it (tests use this to hold blocks on "busy" streams).
 #pragma once
 #include <atomic>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -32,6 +33,8 @@ class SimBackend final : public Backend {
   void release_chunk(ChunkHandle chunk) noexcept override;
   void map(DevicePtr va, std::size_t bytes, ChunkHandle chunk, std::size_t offset) override;
   void unmap(DevicePtr va, std::size_t bytes) noexcept override;
+  void map_run(DevicePtr va, const std::vector<MapCall>& calls) override;  // one access-set per run, as CUDA
+  bool release_chunk_part(ChunkHandle chunk, std::size_t offset, std::size_t bytes) noexcept override;
   DevicePtr allocate(std::size_t bytes) override;
   void free(DevicePtr ptr) noexcept override;
   MemInfo mem_info() override;
@@ -57,6 +60,7 @@ class SimBackend final : public Backend {
   std::unordered_map<DevicePtr, std::size_t> plain_;             // plain allocations
   std::unordered_map<ChunkHandle, std::size_t> chunk_map_count_; // mappings per chunk
   std::unordered_map<DevicePtr, ChunkHandle> mapping_chunk_;
+  std::set<std::pair<ChunkHandle, std::size_t>> released_pages_;  // (chunk, offset) freed on their own
   StreamTickets events_;
 };
 

@@ -153,18 +153,31 @@ class CudaBackend final : public Backend {
     if (!supports_sharing()) return Backend::export_chunk(chunk);
     auto it = chunks_.find(chunk);
     if (it == chunks_.end()) throw BackendError("cuda backend: export of an unknown chunk");
+    return export_pages(chunk, it->second.size() * granularity_, 0, it->second.size() * granularity_).fds;
+  }
+
+  // Only the pages asked for: the chunk's other pages may have been released on their own.
+  ExportedPages export_pages(ChunkHandle chunk, std::size_t, std::size_t offset, std::size_t bytes) override {
+    if (!supports_sharing()) return {Backend::export_chunk(chunk), 0, 0};  // throws: cannot share
+    auto it = chunks_.find(chunk);
+    if (it == chunks_.end()) throw BackendError("cuda backend: export of an unknown chunk");
+    if (offset % granularity_ || bytes % granularity_ || (offset + bytes) / granularity_ > it->second.size())
+      throw BackendError("cuda backend: export range lies outside its chunk");
     ContextGuard guard(context_);
-    std::vector<int> fds;
-    for (auto h : it->second) {
+    ExportedPages out;
+    out.imported_bytes = bytes;
+    for (std::size_t i = offset / granularity_; i < (offset + bytes) / granularity_; ++i) {
       int fd = -1;
-      CUresult r = driver().cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+      CUresult r = it->second[i] ? driver().cuMemExportToShareableHandle(&fd, it->second[i],
+                                                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)
+                                 : CUDA_ERROR_INVALID_VALUE;
       if (r != CUDA_SUCCESS) {
-        for (int f : fds) ::close(f);
+        for (int f : out.fds) ::close(f);
         check(r, "cuMemExportToShareableHandle");
       }
-      fds.push_back(fd);
+      out.fds.push_back(fd);
     }
-    return fds;
+    return out;
   }
 
   ChunkHandle import_chunk(const std::vector<int>& fds, std::size_t bytes) override {
@@ -195,35 +208,53 @@ class CudaBackend final : public Backend {
     auto it = chunks_.find(chunk);
     if (it == chunks_.end()) return;
     ContextGuardNoThrow guard(context_);
-    for (auto h : it->second) driver().cuMemRelease(h);  // the memory goes once its mappings are gone too
-    counts_.driver_releases += it->second.size();
+    for (auto h : it->second) {
+      if (!h) continue;  // released on its own earlier
+      driver().cuMemRelease(h);  // the memory goes once its mappings are gone too
+      ++counts_.driver_releases;
+    }
     chunks_.erase(it);
     ++counts_.chunk_releases;
   }
 
   void map(DevicePtr va, std::size_t bytes, ChunkHandle chunk, std::size_t offset) override {
+    map_run(va, {MapCall{bytes, chunk, offset}});
+  }
+
+  // Every page of every call mapped, then one cuMemSetAccess for the whole run: access-setting costs
+  // tens of microseconds per call whatever its length, mapping about one per page.
+  void map_run(DevicePtr va, const std::vector<MapCall>& calls) override {
     require_vmm("map");
     require_aligned(va, "mapping address");
-    require_aligned(bytes, "mapping size");
-    if (offset % granularity_) require_aligned(offset, "mapping offset");  // 0 is a valid offset
-    auto it = chunks_.find(chunk);
-    if (it == chunks_.end()) throw BackendError("cuda backend: map of an unknown chunk");
-    const std::size_t first = offset / granularity_, n = bytes / granularity_;
-    if (first + n > it->second.size()) throw BackendError("cuda backend: map range lies outside its chunk");
-    if (mappings_.count(va)) throw BackendError("cuda backend: address already mapped");
+    std::vector<CUmemGenericAllocationHandle> pages;
+    for (const MapCall& c : calls) {
+      require_aligned(c.bytes, "mapping size");
+      if (c.offset % granularity_) require_aligned(c.offset, "mapping offset");  // 0 is a valid offset
+      auto it = chunks_.find(c.chunk);
+      if (it == chunks_.end()) throw BackendError("cuda backend: map of an unknown chunk");
+      const std::size_t first = c.offset / granularity_, n = c.bytes / granularity_;
+      if (c.bytes == 0 || first + n > it->second.size()) throw BackendError("cuda backend: map range lies outside its chunk");
+      for (std::size_t i = first; i < first + n; ++i) {
+        if (!it->second[i]) throw BackendError("cuda backend: map of a page that was released");
+        pages.push_back(it->second[i]);
+      }
+    }
+    for (std::size_t i = 0, at = 0; i < calls.size(); at += calls[i].bytes, ++i)
+      if (mappings_.count(va + at)) throw BackendError("cuda backend: address already mapped");
     ContextGuard guard(context_);
     const Driver& d = driver();
     std::size_t mapped = 0;
     CUresult r = CUDA_SUCCESS;
-    while (mapped < n) {
-      r = d.cuMemMap(CUdeviceptr(va + mapped * granularity_), granularity_, 0, it->second[first + mapped], 0);
+    while (mapped < pages.size()) {
+      r = d.cuMemMap(CUdeviceptr(va + mapped * granularity_), granularity_, 0, pages[mapped], 0);
       ++counts_.driver_maps;
       if (r != CUDA_SUCCESS) break;
       ++mapped;
     }
     const char* failed = "cuMemMap";
-    if (r == CUDA_SUCCESS) {
-      r = d.cuMemSetAccess(CUdeviceptr(va), bytes, accesses_.data(), accesses_.size()), failed = "cuMemSetAccess";
+    if (r == CUDA_SUCCESS && mapped) {
+      r = d.cuMemSetAccess(CUdeviceptr(va), mapped * granularity_, accesses_.data(), accesses_.size());
+      failed = "cuMemSetAccess";
       ++counts_.access_sets;
     }
     if (r != CUDA_SUCCESS) {
@@ -231,8 +262,24 @@ class CudaBackend final : public Backend {
       counts_.driver_unmaps += mapped;
       check(r, failed);  // leaves no partial state
     }
-    mappings_.emplace(va, bytes);
-    ++counts_.maps;
+    for (std::size_t i = 0, at = 0; i < calls.size(); at += calls[i].bytes, ++i) mappings_.emplace(va + at, calls[i].bytes);
+    counts_.maps += calls.size();
+  }
+
+  // Each page is its own physical allocation: releasing some of them frees exactly those.
+  bool release_chunk_part(ChunkHandle chunk, std::size_t offset, std::size_t bytes) noexcept override {
+    auto it = chunks_.find(chunk);
+    if (it == chunks_.end() || offset % granularity_ || bytes % granularity_ ||
+        (offset + bytes) / granularity_ > it->second.size())
+      return false;
+    ContextGuardNoThrow guard(context_);
+    for (std::size_t i = offset / granularity_; i < (offset + bytes) / granularity_; ++i) {
+      if (!it->second[i]) continue;
+      driver().cuMemRelease(it->second[i]);
+      it->second[i] = 0;
+      ++counts_.driver_releases;
+    }
+    return true;
   }
 
   void unmap(DevicePtr va, std::size_t bytes) noexcept override {

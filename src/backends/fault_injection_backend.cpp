@@ -65,6 +65,12 @@ void FaultInjectionBackend::release_chunk(ChunkHandle chunk) noexcept {
   mirror_counts();
 }
 
+bool FaultInjectionBackend::release_chunk_part(ChunkHandle chunk, std::size_t offset, std::size_t bytes) noexcept {
+  bool done = inner_->release_chunk_part(chunk, offset, bytes);
+  mirror_counts();
+  return done;
+}
+
 void FaultInjectionBackend::map(DevicePtr va, std::size_t bytes, ChunkHandle chunk, std::size_t offset) {
   maybe_fail(Call::map);
   inner_->map(va, bytes, chunk, offset);

@@ -190,10 +190,23 @@ void HostBackend::release_chunk(ChunkHandle chunk) noexcept {
   auto it = chunks_.find(chunk);
   if (it == chunks_.end()) return;
   ::close(it->second.fd);  // mappings still alive (a contract violation) keep the memory until unmapped
-  if (!it->second.imported) give_capacity(it->second.bytes);
+  if (!it->second.imported) give_capacity(it->second.bytes - it->second.released);
   chunks_.erase(it);
   ++counts_.chunk_releases;
   ++counts_.driver_releases;
+}
+
+bool HostBackend::release_chunk_part(ChunkHandle chunk, std::size_t offset, std::size_t bytes) noexcept {
+  auto it = chunks_.find(chunk);
+  const std::size_t g = options_.granularity;
+  if (it == chunks_.end() || it->second.imported || (offset | bytes) % g || offset + bytes > it->second.bytes)
+    return false;
+  if (::fallocate(it->second.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(offset), off_t(bytes)) != 0)
+    return false;
+  it->second.released += bytes;
+  give_capacity(bytes);
+  counts_.driver_releases += bytes / g;
+  return true;
 }
 
 bool HostBackend::inside_reserved(DevicePtr va, std::size_t bytes) const {

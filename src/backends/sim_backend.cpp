@@ -43,10 +43,27 @@ ChunkHandle SimBackend::create_chunk(std::size_t bytes) {
 void SimBackend::release_chunk(ChunkHandle chunk) noexcept {
   auto it = chunks_.find(chunk);
   if (it == chunks_.end()) return;
+  std::size_t gone = 0;  // pages released on their own before
+  for (auto p = released_pages_.lower_bound({chunk, 0}); p != released_pages_.end() && p->first == chunk;) {
+    gone += options_.granularity;
+    p = released_pages_.erase(p);
+  }
   ++counts_.chunk_releases;
-  counts_.driver_releases += it->second / options_.granularity;
-  used_ -= it->second;
+  counts_.driver_releases += (it->second - gone) / options_.granularity;
+  used_ -= it->second - gone;
   chunks_.erase(it);
+}
+
+bool SimBackend::release_chunk_part(ChunkHandle chunk, std::size_t offset, std::size_t bytes) noexcept {
+  auto it = chunks_.find(chunk);
+  const std::size_t g = options_.granularity;
+  if (it == chunks_.end() || (offset | bytes) % g || offset + bytes > it->second) return false;
+  for (std::size_t at = offset; at < offset + bytes; at += g) {
+    if (!released_pages_.emplace(chunk, at).second) continue;
+    ++counts_.driver_releases;
+    used_ -= g;
+  }
+  return true;
 }
 
 void SimBackend::map(DevicePtr va, std::size_t bytes, ChunkHandle chunk, std::size_t offset) {
@@ -54,6 +71,9 @@ void SimBackend::map(DevicePtr va, std::size_t bytes, ChunkHandle chunk, std::si
   if (it == chunks_.end()) throw BackendError("sim backend: map of an unknown chunk");
   if (bytes == 0 || (va | bytes | offset) % options_.granularity || offset + bytes > it->second)
     throw BackendError("sim backend: map range is unaligned or outside its chunk");
+  if (auto p = released_pages_.lower_bound({chunk, offset});
+      p != released_pages_.end() && p->first == chunk && p->second < offset + bytes)
+    throw BackendError("sim backend: map of a page that was released");
   if (mappings_.count(va)) throw BackendError("sim backend: address already mapped");
   ++counts_.maps;
   counts_.driver_maps += bytes / options_.granularity;
@@ -62,6 +82,12 @@ void SimBackend::map(DevicePtr va, std::size_t bytes, ChunkHandle chunk, std::si
   mappings_.emplace(va, bytes);
   mapping_chunk_.emplace(va, chunk);
   ++chunk_map_count_[chunk];
+}
+
+void SimBackend::map_run(DevicePtr va, const std::vector<MapCall>& calls) {
+  const std::uint64_t access_sets = counts_.access_sets;
+  Backend::map_run(va, calls);
+  counts_.access_sets = access_sets + (calls.empty() ? 0 : 1);
 }
 
 void SimBackend::unmap(DevicePtr va, std::size_t bytes) noexcept {

@@ -275,11 +275,13 @@ Allocator::SharedAllocation Allocator::export_allocation(const void* ptr) {
     std::lock_guard lock(d.physical.mutex());
     try {
       for (const engine::Piece& p : pieces) {
+        Backend::ExportedPages e =
+            d.backend->export_pages(d.physical.handle_of(p.chunk), d.physical.bytes_of(p.chunk), p.offset, p.bytes);
         SharedPiece s;
-        s.chunk_bytes = d.physical.bytes_of(p.chunk);
-        s.offset = p.offset;
+        s.chunk_bytes = e.imported_bytes;
+        s.offset = e.imported_offset;
         s.bytes = p.bytes;
-        s.fds = d.backend->export_chunk(d.physical.handle_of(p.chunk));
+        s.fds = std::move(e.fds);
         out.pieces.push_back(std::move(s));
       }
     } catch (...) {

@@ -117,8 +117,8 @@ Piece Arena::create_for(std::size_t want, std::size_t room) {
 }
 
 Block* Arena::map_at_top(Region& r, Block* tail, std::vector<Piece>& pieces) {
-  // One map call per run of consecutive bytes of one chunk (pieces lent from one place are often one
-  // run), cut into map_unit_bytes units if configured.
+  // One mapping per page (or per map_unit_bytes), so that empty_cache() can give back any page that
+  // holds no live byte; one map_run for all of them, so access is granted once (the costly driver call).
   // The order of pieces under the new addresses does not matter: sorted, neighbours in a chunk merge.
   std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) {
     return a.chunk != b.chunk ? a.chunk < b.chunk : a.offset < b.offset;
@@ -130,26 +130,23 @@ Block* Arena::map_at_top(Region& r, Block* tail, std::vector<Piece>& pieces) {
     else
       runs.push_back(p);
   }
-  std::size_t unit = config_.map_unit_bytes ? round_up(config_.map_unit_bytes, granularity_) : SIZE_MAX;
+  const std::size_t unit = config_.map_unit_bytes ? round_up(config_.map_unit_bytes, granularity_) : granularity_;
   std::vector<Piece> units;
   for (const Piece& p : runs)
     for (std::size_t off = 0; off < p.bytes; off += unit)
       units.push_back(Piece{p.chunk, p.offset + off, std::min(unit, p.bytes - off)});
-  DevicePtr at = r.base + r.top;
-  std::size_t mapped = 0, i = 0;
+  const DevicePtr at = r.base + r.top;
   try {
-    for (; i < units.size(); ++i) {
-      physical_.map(at + mapped, units[i]);
-      mappings_.emplace(at + mapped, Mapping{units[i].bytes, units[i]});
-      mapped += units[i].bytes;
-    }
+    physical_.map_run(at, units);  // all or nothing
   } catch (...) {
-    for (; i < units.size(); ++i) physical_.give_piece(units[i]);
-    if (mapped) {
-      hub_.emit(EventKind::segment_map, at, mapped, 0, stream_);
-      extend_top(r, tail, mapped);
-    }
+    for (const Piece& p : runs) physical_.give_piece(p);
     throw;
+  }
+  std::size_t mapped = 0;
+  const auto before = mappings_.lower_bound(at);  // every new mapping goes just before it, in order
+  for (const Piece& u : units) {
+    mappings_.emplace_hint(before, at + mapped, Mapping{u.bytes, u});
+    mapped += u.bytes;
   }
   hub_.emit(EventKind::segment_map, at, mapped, 0, stream_);
   return extend_top(r, tail, mapped);

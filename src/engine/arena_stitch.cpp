@@ -76,8 +76,13 @@ std::vector<Piece> Arena::pieces_behind(DevicePtr start, std::size_t bytes) cons
 }
 
 std::size_t Arena::unmap_unused() {
-  // Mappings under which no block is in use: nothing can read them once this stream is idle.
-  std::vector<DevicePtr> unused;
+  // Mappings (pages, see map_at_top) under which no block is in use: nothing can read them once this
+  // stream is idle. One walk of the blocks beside the mappings, in address order.
+  struct Unused {
+    Region* region;
+    DevicePtr va;
+  };
+  std::vector<Unused> unused;
   for (const auto& rp : regions_) {
     if (rp->plain) continue;
     Block* b = rp->first;
@@ -87,32 +92,38 @@ std::size_t Arena::unmap_unused() {
       bool busy = false;
       for (Block* x = b; x && x->addr < end && !busy; x = x->next)
         busy = x->state != BlockState::free && x->state != BlockState::hole;
-      if (!busy) unused.push_back(start);
+      if (!busy) unused.push_back({rp.get(), start});
     }
   }
   if (unused.empty()) return 0;
   backend_.synchronize_stream(stream_);
   std::size_t released = 0;
-  for (DevicePtr va : unused) {
-    auto it = mappings_.find(va);
+  Region* region = nullptr;
+  // Ends at or before the mapping looked at (or is the region's first block): carve_hole never recycles
+  // it, since it recycles only the hole itself (merged into the block before it) or a hole after it.
+  Block* cursor = nullptr;
+  for (const Unused& u : unused) {
+    if (u.region != region) region = u.region, cursor = region->first;
+    while (cursor && cursor->next && cursor->next->end() <= u.va) cursor = cursor->next;
+    auto it = mappings_.find(u.va);
     const Mapping m = it->second;
-    Region* r = region_of(va);
+    const DevicePtr end = u.va + m.bytes;
     // Free (not lent) parts go back to the physical pool and become holes; lent parts (holes already)
     // belong to the place they were stitched into.
-    std::vector<std::pair<DevicePtr, std::size_t>> free_parts;
-    for (Block* b = r->first; b && b->addr < va + m.bytes; b = b->next) {
-      if (b->state != BlockState::free || b->end() <= va) continue;
-      DevicePtr start = std::max(b->addr, va), end = std::min(b->end(), va + m.bytes);
-      free_parts.emplace_back(start, end - start);
+    for (Block* b = cursor; b && b->addr < end;) {
+      if (b->end() <= u.va || b->state != BlockState::free) {
+        b = b->next;
+        continue;
+      }
+      DevicePtr start = std::max(b->addr, u.va), stop = std::min(b->end(), end);
+      physical_.give_piece(Piece{m.piece.chunk, m.piece.offset + (start - u.va), stop - start});
+      carve_hole(b, start, stop - start);
+      mapped_bytes_ -= stop - start;
+      released += stop - start;
+      b = cursor;  // carved parts are holes now: the walk skips them
     }
-    for (auto [start, bytes] : free_parts) {
-      physical_.give_piece(Piece{m.piece.chunk, m.piece.offset + (start - va), bytes});
-      carve_hole(block_containing(*r, start), start, bytes);
-      mapped_bytes_ -= bytes;
-      released += bytes;
-    }
-    hub_.emit(EventKind::segment_unmap, va, m.bytes, 0, stream_);
-    physical_.unmap(va, m.piece);
+    hub_.emit(EventKind::segment_unmap, u.va, m.bytes, 0, stream_);
+    physical_.unmap(u.va, m.piece);
     mappings_.erase(it);
   }
   return released;

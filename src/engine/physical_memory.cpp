@@ -48,23 +48,23 @@ void PhysicalMemory::give_piece(const Piece& piece) {
   free_piece_bytes_ += piece.bytes;
 }
 
+void PhysicalMemory::count_reserved(std::size_t bytes, bool small_pool, bool added) {
+  for (int kind : {int(kAggregatePool), small_pool ? int(kSmallPool) : int(kLargePool)}) {
+    if (added) reserved_bytes_[kind].increase(std::int64_t(bytes));
+    else reserved_bytes_[kind].decrease(std::int64_t(bytes));
+  }
+  if (added) reserved_ += bytes;
+  else reserved_ -= bytes;
+}
+
 void PhysicalMemory::count_segment(std::size_t bytes, bool small_pool, bool added) {
   for (int kind : {int(kAggregatePool), small_pool ? int(kSmallPool) : int(kLargePool)}) {
-    if (added) {
-      segment_[kind].increase(1);
-      reserved_bytes_[kind].increase(std::int64_t(bytes));
-    } else {
-      segment_[kind].decrease(1);
-      reserved_bytes_[kind].decrease(std::int64_t(bytes));
-    }
+    if (added) segment_[kind].increase(1);
+    else segment_[kind].decrease(1);
   }
-  if (added) {
-    reserved_ += bytes;
-    ++device_allocs_;
-  } else {
-    reserved_ -= bytes;
-    ++device_frees_;
-  }
+  count_reserved(bytes, small_pool, added);
+  if (added) ++device_allocs_;
+  else ++device_frees_;
 }
 
 Piece PhysicalMemory::create_chunk(std::size_t bytes, bool small_pool) {
@@ -80,21 +80,43 @@ Piece PhysicalMemory::create_chunk(std::size_t bytes, bool small_pool) {
     index = chunks_.size();
     chunks_.emplace_back();
   }
-  chunks_[index] = Chunk{handle, bytes, 0, 0, small_pool, true};
+  chunks_[index] = Chunk{handle, bytes, 0, 0, 0, small_pool, true};
   count_segment(bytes, small_pool, true);
   return Piece{index, 0, bytes};
 }
 
 std::size_t PhysicalMemory::release_unused_chunks() {
   std::size_t released = 0;
+  // Pages of chunks still mapped elsewhere, where the backend can free part of a chunk.
+  for (auto it = free_pieces_.begin(); it != free_pieces_.end();) {
+    auto [index, offset] = it->first;
+    Chunk& c = chunks_[index];
+    const std::size_t bytes = it->second;
+    if (c.free_bytes + c.released == c.bytes && !c.mappings) {  // all of it: released whole below
+      ++it;
+      continue;
+    }
+    if (!backend_.release_chunk_part(c.handle, offset, bytes)) {
+      ++it;
+      continue;
+    }
+    c.free_bytes -= bytes;
+    c.released += bytes;
+    free_piece_bytes_ -= bytes;
+    count_reserved(bytes, c.small_pool, false);
+    released += bytes;
+    it = free_pieces_.erase(it);
+  }
   for (std::size_t i = 0; i < chunks_.size(); ++i) {
     Chunk& c = chunks_[i];
-    if (!c.live || c.free_bytes != c.bytes || c.mappings) continue;
-    free_pieces_.erase({i, 0});  // all its pieces merged into one
-    free_piece_bytes_ -= c.bytes;
+    if (!c.live || c.free_bytes + c.released != c.bytes || c.mappings) continue;
+    for (auto it = free_pieces_.lower_bound({i, 0}); it != free_pieces_.end() && it->first.first == i;)
+      it = free_pieces_.erase(it);
+    free_piece_bytes_ -= c.free_bytes;
     backend_.release_chunk(c.handle);
-    count_segment(c.bytes, c.small_pool, false);
-    released += c.bytes;
+    count_reserved(c.free_bytes, c.small_pool, false);
+    count_segment(0, c.small_pool, false);
+    released += c.free_bytes;
     c = Chunk{};
     dead_chunk_slots_.push_back(i);
   }
@@ -104,6 +126,14 @@ std::size_t PhysicalMemory::release_unused_chunks() {
 void PhysicalMemory::map(DevicePtr va, const Piece& piece) {
   backend_.map(va, piece.bytes, chunks_[piece.chunk].handle, piece.offset);
   ++chunks_[piece.chunk].mappings;
+}
+
+void PhysicalMemory::map_run(DevicePtr va, const std::vector<Piece>& pieces) {
+  std::vector<Backend::MapCall> calls;
+  calls.reserve(pieces.size());
+  for (const Piece& p : pieces) calls.push_back({p.bytes, chunks_[p.chunk].handle, p.offset});
+  backend_.map_run(va, calls);
+  for (const Piece& p : pieces) ++chunks_[p.chunk].mappings;
 }
 
 void PhysicalMemory::unmap(DevicePtr va, const Piece& piece) noexcept {
@@ -153,6 +183,7 @@ void PhysicalMemory::check_invariants() const {
   for (std::size_t i = 0; i < chunks_.size(); ++i) {
     if (!chunks_[i].live) continue;
     if (per_chunk[i] != chunks_[i].free_bytes) throw Error("chunk free bytes out of sync");
+    if (chunks_[i].free_bytes + chunks_[i].released > chunks_[i].bytes) throw Error("chunk bytes out of sync");
     live_bytes += chunks_[i].bytes;
   }
   (void)live_bytes;

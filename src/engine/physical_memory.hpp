@@ -39,10 +39,12 @@ class PhysicalMemory {
   // A new chunk from the device, entirely in the returned piece. Throws OutOfMemoryError when the
   // limit or the device has no room; nothing changes then.
   Piece create_chunk(std::size_t bytes, bool small_pool);
-  // Releases every chunk whose pieces are all free and that nothing maps any more. Returns the bytes
-  // given back to the device.
+  // Gives every free piece back to the device: whole chunks that nothing maps any more, and the pages of
+  // the others where the backend can release part of a chunk. Returns the bytes given back.
   std::size_t release_unused_chunks();
   void map(DevicePtr va, const Piece& piece);
+  // Maps pieces one after another from va, each its own mapping, granting access once (Backend::map_run).
+  void map_run(DevicePtr va, const std::vector<Piece>& pieces);
   void unmap(DevicePtr va, const Piece& piece) noexcept;
 
   // Plain (non-VMM) segments.
@@ -76,10 +78,12 @@ class PhysicalMemory {
     std::size_t bytes = 0;
     std::size_t free_bytes = 0;  // bytes of this chunk in free pieces
     std::size_t mappings = 0;    // live map() calls on it: it can be released only when none is left
+    std::size_t released = 0;    // bytes given back on their own (Backend::release_chunk_part)
     bool small_pool = false;
     bool live = false;
   };
   void count_segment(std::size_t bytes, bool small_pool, bool added);
+  void count_reserved(std::size_t bytes, bool small_pool, bool added);
 
   Backend& backend_;
   std::mutex mutex_;

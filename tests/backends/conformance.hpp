@@ -73,3 +73,13 @@ class BackendConformance : public ::testing::TestWithParam<BackendUnderTest> {
 };
 
 }  // namespace gpumem::conformance
+
+// Skips (with the reason) tests that need what this backend does not have. Macros because GTEST_SKIP
+// returns from the test body.
+#define MAKE_OR_SKIP(var, params) \
+  auto var = make(params);        \
+  if (!var) GTEST_SKIP() << unavailable_
+#define REQUIRE_VMM(b) \
+  if (!(b)->supports_virtual_memory()) GTEST_SKIP() << GetParam().name << " has no virtual memory management"
+#define REQUIRE_REAL_MEMORY() \
+  if (!GetParam().has_real_memory) GTEST_SKIP() << GetParam().name << " has no real memory to read back"

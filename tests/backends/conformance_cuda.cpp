@@ -45,6 +45,10 @@ class RealStreams final : public Backend {
     inner_->map(va, n, c, off), sync();
   }
   void unmap(DevicePtr va, std::size_t n) noexcept override { inner_->unmap(va, n), sync(); }
+  void map_run(DevicePtr va, const std::vector<MapCall>& calls) override { inner_->map_run(va, calls), sync(); }
+  bool release_chunk_part(gpumem::ChunkHandle c, std::size_t off, std::size_t n) noexcept override {
+    return sync(inner_->release_chunk_part(c, off, n));
+  }
   DevicePtr allocate(std::size_t n) override { return sync(inner_->allocate(n)); }
   void free(DevicePtr p) noexcept override { inner_->free(p), sync(); }
   gpumem::MemInfo mem_info() override { return inner_->mem_info(); }

@@ -65,16 +65,6 @@ std::vector<std::uint8_t> pattern(std::size_t bytes, std::uint32_t seed) {
 
 }  // namespace
 
-// Skips (with the reason) tests that need what this backend does not have. Macros because GTEST_SKIP
-// returns from the test body.
-#define MAKE_OR_SKIP(var, params) \
-  auto var = make(params);        \
-  if (!var) GTEST_SKIP() << unavailable_
-#define REQUIRE_VMM(b) \
-  if (!(b)->supports_virtual_memory()) GTEST_SKIP() << GetParam().name << " has no virtual memory management"
-#define REQUIRE_REAL_MEMORY() \
-  if (!GetParam().has_real_memory) GTEST_SKIP() << GetParam().name << " has no real memory to read back"
-
 TEST_P(BackendConformance, DescribesItself) {
   MAKE_OR_SKIP(b, BackendParams{});
   EXPECT_NE(std::strlen(b->name()), 0u);
