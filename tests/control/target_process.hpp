@@ -1,5 +1,6 @@
 // Test helpers for control tests with real processes: a private socket directory, a running
 // tests/control/control_target.cpp driven line by line over pipes, and the gpumem binary run by a shell.
+// The including test defines CONTROL_TARGET (the program's path) in its CMake, as tests/control does.
 #pragma once
 #include <signal.h>
 #include <sys/wait.h>
