@@ -94,7 +94,7 @@ step "4b snapshot -> _memory_viz, gpumem" 120 "$BIN/gpumem" run -- python3 bench
 
 # 12 CUDA graphs and memory pools, bit for bit, natively and under gpumem (scripts/gpu-graph-check.sh).
 step "12 CUDA graphs and pools: native vs gpumem" 300 env BIN="$BIN" OUT="$RES" bash scripts/gpu-graph-check.sh
-step "13 control channel (clear, limit, stop, cooperative)" 400 python3 bench/gpu/control_check.py "$BIN/gpumem"
+step "13 control channel (clear, limit, snapshot, stop, cooperative)" 480 python3 bench/gpu/control_check.py "$BIN/gpumem"
 if [[ "${GPU_CHECK_TRAIN:-1}" != 0 ]]; then
 # 5 training: native, gpumem, gpumem with --limit 1.02x the peak live bytes gpumem saw.
 for w in ${GPU_CHECK_WORKLOADS:-lm resnet vit generate}; do

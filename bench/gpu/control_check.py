@@ -1,7 +1,9 @@
-"""GPU proof of the control channel (issue 9), run by scripts/gpu-check.sh: gpumem clear / limit / stop on
-PyTorch processes under `gpumem run`, and cooperative release between two of them. Prints PASS/FAIL lines
+"""GPU proof of the control channel (issue 9), run by scripts/gpu-check.sh: gpumem clear / limit / snapshot /
+stop on PyTorch processes under `gpumem run`, and cooperative release between two of them. Prints PASS/FAIL lines
 and the latency of each command; exit 1 when any check fails. Usage: control_check.py GPUMEM_BINARY"""
 import json
+import os
+import pickle
 import queue
 import subprocess
 import sys
@@ -61,12 +63,43 @@ def smi_used_mib(pid):
     return None
 
 
+def snapshot_step(pid):
+    """gpumem snapshot of the live training process: PyTorch's pickle (with its memory history) that
+    torch.cuda._memory_viz reads, and gpumem's JSON."""
+    path, html = "/tmp/gpumem_control_snapshot.pickle", "/tmp/gpumem_control_snapshot.html"
+    rc, live, _ = gpumem("stats", pid)
+    rc, snap, latency["snapshot"] = gpumem("snapshot", pid, "-o", path)
+    ok = rc == 0 and snap["bytes"] == os.path.getsize(path)
+    detail = json.dumps(snap)
+    if ok:
+        with open(path, "rb") as f:
+            data = pickle.load(f)
+        active = [b for s in data["segments"] for b in s["blocks"] if b["state"].startswith("active")]
+        traces = sum(len(t) for t in data["device_traces"])
+        reserved = sum(s["total_size"] for s in data["segments"])
+        ok = len(active) == snap["active_blocks"] > 0 and traces > 0
+        detail = (f"{snap['bytes']} bytes, {len(active)} live blocks = {sum(b['size'] for b in active) >> 20} MiB "
+                  f"(stats just before: {live[0]['devices'][0]['allocated_bytes'] >> 20 if live else '?'} MiB), {reserved >> 20} MiB "
+                  f"in {snap['segments']} segments, {traces} trace entries, {latency['snapshot']:.1f} ms")
+    check("snapshot of the running training process (pickle, with its history)", ok, detail)
+    for action, args in (("stats", []), ("trace_plot", ["-o", html])):
+        r = subprocess.run([sys.executable, "-m", "torch.cuda._memory_viz", action, path, *args],
+                           capture_output=True, text=True, timeout=120)
+        check(f"torch.cuda._memory_viz {action} reads it", ok and r.returncode == 0, (r.stdout + r.stderr)[-300:])
+    rc, js, latency["snapshot_json"] = gpumem("snapshot", pid, "-o", "/tmp/gpumem_control_snapshot.json")
+    if rc == 0:
+        with open("/tmp/gpumem_control_snapshot.json") as f:
+            doc = json.load(f)
+    check("snapshot as gpumem JSON", rc == 0 and doc["devices"][0]["allocated"] > 0 and js["format"] == "json",
+          json.dumps(js))
+
+
 total_mib = int(subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", "0"],
                                capture_output=True, text=True).stdout.split()[0])
 latency = {}
 
 # 1 clear: a training process that caches 8 GiB gives it back as nvidia-smi sees it.
-a = Worker("train", 8192, 4096)
+a = Worker("train", 8192, 4096, "history")
 ready = a.expect(["ready"])
 check("training process ready", ready is not None)
 if ready:
@@ -89,6 +122,7 @@ if ready:
     rc, _, _ = gpumem("limit", pid, 0)
     check("limit removed: probes succeed again", rc == 0 and a.expect(["probe", "ok"], 30) is not None)
     rc, _, latency["reset"] = gpumem("reset", pid)
+    snapshot_step(pid)
     # 3 stop: the training loop ends through its on_stop handler, exit 0.
     rc, st, latency["stop"] = gpumem("stop", pid, "--timeout", 30)
     a.proc.wait(timeout=60)

@@ -1,7 +1,8 @@
 """A PyTorch program that bench/gpu/control_check.py controls from outside (run under `gpumem run`).
-  train CACHE_MIB PROBE_MIB: trains a small MLP; first fills CACHE_MIB and frees it (cached, not used);
-      each step also tries a PROBE_MIB tensor and prints "probe ok|oom" when that changes; gpumem_torch.on_stop
-      ends the loop: prints "stopped gracefully".
+  train CACHE_MIB PROBE_MIB [history]: trains a small MLP; first fills CACHE_MIB and frees it (cached, not
+      used); each step also tries a PROBE_MIB tensor and prints "probe ok|oom" when that changes;
+      gpumem_torch.on_stop ends the loop: prints "stopped gracefully". "history": records
+      torch.cuda.memory._record_memory_history, so `gpumem snapshot` from outside carries a trace.
   hold CACHE_MIB: allocates CACHE_MIB, frees it (cached), then idles until stopped.
   need MIB: allocates MIB at once, prints "need ok" or "need oom"."""
 import os
@@ -24,6 +25,8 @@ if mode == "need":
         print("need oom", str(e).splitlines()[0], flush=True)
     sys.exit(0)
 
+if mode == "train" and "history" in sys.argv[4:]:
+    torch.cuda.memory._record_memory_history(max_entries=10000)
 cache = torch.empty(int(sys.argv[2]) << 20, dtype=torch.uint8, device="cuda")
 cache.fill_(1)
 torch.cuda.synchronize()

@@ -111,23 +111,26 @@ bool process_alive(int pid) {
   return !(n > 0 && paren && paren[1] == ' ' && paren[2] == 'Z');
 }
 
-bool send_frame(int fd, const std::string& body, Clock::time_point deadline, std::string& error) {
-  std::string data = frame(body);
-  std::size_t sent = 0;
-  while (sent < data.size()) {
-    if (!wait_ready(fd, POLLOUT, deadline)) {
-      error = "timed out sending";
-      return false;
+bool send_frame(int fd, std::string_view body, Clock::time_point deadline, std::string& error) {
+  std::array<char, 4> header = frame_header(body.size());
+  auto send_all = [&](const char* data, std::size_t size) {
+    std::size_t sent = 0;
+    while (sent < size) {
+      if (!wait_ready(fd, POLLOUT, deadline)) {
+        error = "timed out sending";
+        return false;
+      }
+      ssize_t k = ::send(fd, data + sent, size - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (k < 0) {
+        if (errno == EINTR || errno == EAGAIN) continue;
+        error = std::string("send failed: ") + std::strerror(errno);
+        return false;
+      }
+      sent += std::size_t(k);
     }
-    ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      error = std::string("send failed: ") + std::strerror(errno);
-      return false;
-    }
-    sent += std::size_t(n);
-  }
-  return true;
+    return true;
+  };
+  return send_all(header.data(), header.size()) && send_all(body.data(), body.size());
 }
 
 bool recv_frame(int fd, std::string& body, std::size_t max_bytes, Clock::time_point deadline, std::string& error) {

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace gpumem::control {
@@ -42,7 +43,7 @@ bool process_alive(int pid);
 
 // Sends one frame / reads one frame of at most `max_bytes`; false on timeout, EOF, error or oversize
 // (then `error` says which).
-bool send_frame(int fd, const std::string& body, Clock::time_point deadline, std::string& error);
+bool send_frame(int fd, std::string_view body, Clock::time_point deadline, std::string& error);
 bool recv_frame(int fd, std::string& body, std::size_t max_bytes, Clock::time_point deadline, std::string& error);
 
 }  // namespace gpumem::control

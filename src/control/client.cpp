@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "control/channel.hpp"
 #include "control/protocol.hpp"
@@ -18,6 +19,9 @@ namespace {
 
 struct Fd {
   int fd = -1;
+  explicit Fd(int f) : fd(f) {}
+  Fd(Fd&& other) noexcept : fd(std::exchange(other.fd, -1)) {}
+  Fd& operator=(Fd&&) = delete;
   ~Fd() {
     if (fd >= 0) close(fd);
   }
@@ -99,24 +103,36 @@ std::vector<ProcessRef> list_processes(bool every_user) {
   return found;
 }
 
-nlohmann::json call(int pid, const nlohmann::json& request, std::chrono::milliseconds timeout) {
-  Clock::time_point deadline = Clock::now() + timeout;
+namespace {
+
+struct Connection {
+  Fd fd;
+  bool sent = false;
+  std::string send_error;
+};
+
+// Connects to `pid`'s socket, checks who serves it, and sends the request.
+Connection connect_and_send(int pid, const nlohmann::json& request, Clock::time_point deadline) {
   if (pid <= 0) throw ControlError(FailureKind::gone, pid, "process id must be positive");
   bool other_user = false;
   std::string path = find_socket(pid, &other_user);
   if (path.empty()) fail_unreachable(pid, other_user);
-  Fd fd{connect_to(pid, path, deadline)};
+  Connection c{Fd(connect_to(pid, path, deadline)), false, {}};
   // Whoever listens must be the process the name promises, run by a user we trust with our requests.
-  std::optional<PeerCred> peer = peer_cred(fd.fd);
+  std::optional<PeerCred> peer = peer_cred(c.fd.fd);
   if (!peer || peer->pid != pid || !(peer->uid == geteuid() || geteuid() == 0 || peer->uid == 0))
     throw ControlError(FailureKind::not_gpumem, pid,
                        who(pid) + "'s socket is served by another process; it is not trusted");
-  std::string error, body;
   // A send that fails may still have an answer waiting (a server refuses before reading): read it anyway.
-  bool sent = send_frame(fd.fd, to_wire(request), deadline, error);
-  std::string send_error = error;
-  if (!recv_frame(fd.fd, body, kMaxAnswerBytes, deadline, error)) {
-    if (!sent) error = send_error;
+  c.sent = send_frame(c.fd.fd, to_wire(request), deadline, c.send_error);
+  return c;
+}
+
+// Reads one answer frame; throws unless it is JSON with "ok": true.
+nlohmann::json read_answer(int pid, Connection& c, Clock::time_point deadline, std::chrono::milliseconds timeout) {
+  std::string error, body;
+  if (!recv_frame(c.fd.fd, body, kMaxAnswerBytes, deadline, error)) {
+    if (!c.sent) error = c.send_error;
     if (!process_alive(pid)) throw ControlError(FailureKind::gone, pid, who(pid) + " ended before it answered");
     throw ControlError(FailureKind::no_answer, pid,
                        who(pid) + " did not answer within " + std::to_string(timeout.count()) + " ms (" + error + ")");
@@ -131,6 +147,14 @@ nlohmann::json call(int pid, const nlohmann::json& request, std::chrono::millise
     throw ControlError(kind, pid, who(pid) + " " + (kind == FailureKind::other_user ? "refused: it belongs to another user" : "answered: " + sentence));
   }
   return answer;
+}
+
+}  // namespace
+
+nlohmann::json call(int pid, const nlohmann::json& request, std::chrono::milliseconds timeout) {
+  Clock::time_point deadline = Clock::now() + timeout;
+  Connection c = connect_and_send(pid, request, deadline);
+  return read_answer(pid, c, deadline, timeout);
 }
 
 namespace {
@@ -204,6 +228,41 @@ std::int64_t release(int pid, const std::string& device_key, std::chrono::millis
   Request r = of(Op::release);
   r.device_key = device_key;
   return int_field(call_op(pid, r, timeout), "released_bytes");
+}
+
+SnapshotSummary snapshot(int pid, SnapshotFormat format, std::optional<int> device,
+                         const std::function<void(std::string_view)>& sink, std::chrono::milliseconds timeout) {
+  Request r = of(Op::snapshot);
+  r.format = format;
+  r.snapshot_device = device;
+  Clock::time_point deadline = Clock::now() + timeout;
+  Connection c = connect_and_send(pid, request_json(r), deadline);
+  nlohmann::json head = read_answer(pid, c, deadline, timeout);
+  SnapshotSummary summary;
+  summary.format = format;
+  summary.devices = int_field(head, "devices");
+  summary.segments = int_field(head, "segments");
+  summary.blocks = int_field(head, "blocks");
+  summary.active_blocks = int_field(head, "active_blocks");
+  std::string chunk, error;
+  for (;;) {
+    if (!recv_frame(c.fd.fd, chunk, kSnapshotChunkBytes, Clock::now() + timeout, error)) {
+      if (!process_alive(pid))
+        throw ControlError(FailureKind::gone, pid, who(pid) + " ended before it sent the whole snapshot");
+      throw ControlError(FailureKind::no_answer, pid,
+                         who(pid) + " stopped sending the snapshot after " + std::to_string(summary.bytes) +
+                             " bytes (" + error + ")");
+    }
+    if (chunk.empty()) break;  // the end of the document
+    summary.bytes += chunk.size();
+    sink(chunk);
+  }
+  nlohmann::json trailer = read_answer(pid, c, Clock::now() + timeout, timeout);
+  if (int_field(trailer, "bytes") != std::int64_t(summary.bytes))
+    throw ControlError(FailureKind::refused, pid,
+                       who(pid) + " announced " + std::to_string(int_field(trailer, "bytes")) +
+                           " bytes of snapshot but sent " + std::to_string(summary.bytes));
+  return summary;
 }
 
 std::int64_t ask_others_to_release(const std::string& device_key, std::chrono::milliseconds per_process) noexcept {

@@ -1,5 +1,5 @@
-// Client of the control channel: what `gpumem stats/clear/reset/limit/stop`, `top` and the exporter use
-// to reach running gpumem processes. Stable interface; see protocol.hpp for the messages.
+// Client of the control channel: what `gpumem stats/clear/reset/limit/stop/snapshot`, `top` and the
+// exporter use to reach running gpumem processes. Stable interface; see protocol.hpp for the messages.
 //
 // Contract:
 //  - list_processes() finds the live gpumem processes whose sockets we can see: our own user's, and as
@@ -11,17 +11,22 @@
 //      no_answer    it did not answer within the timeout
 //      gone         no such process
 //      refused      the process answered with an error (bad request, invalid limit, ...)
-//  - No call throws anything else except std::bad_alloc.
+//  - No call throws anything else except std::bad_alloc (and, from snapshot(), what its sink throws).
 #pragma once
 #include <sys/types.h>
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "control/protocol.hpp"
 
 namespace gpumem::control {
 
@@ -64,6 +69,12 @@ struct ProcessReport {
   std::vector<DeviceReport> devices;
 };
 
+struct SnapshotSummary {
+  SnapshotFormat format = SnapshotFormat::pickle;
+  std::uint64_t bytes = 0;  // of the document
+  std::int64_t devices = 0, segments = 0, blocks = 0, active_blocks = 0;  // as report::count_snapshot counts
+};
+
 struct LimitAnswer {
   std::int64_t limit_bytes = 0;
   std::int64_t reserved_bytes = 0;
@@ -81,6 +92,14 @@ LimitAnswer limit_fraction(int pid, int device, double fraction,
                            std::chrono::milliseconds timeout = kDefaultTimeout);
 std::int64_t stop(int pid, std::chrono::milliseconds timeout = kDefaultTimeout);  // cache bytes released
 std::int64_t release(int pid, const std::string& device_key, std::chrono::milliseconds timeout = kDefaultTimeout);
+
+// The process's memory snapshot (PyTorch's _snapshot() pickle, or gpumem's JSON), handed to `sink` chunk by
+// chunk as it arrives, so it is never whole in memory here either; `device`: that device only. `timeout`
+// bounds each wait (the first answer, every chunk, the trailer). A document that ends early throws
+// ControlError (gone / no_answer / refused); what the sink throws ends the transfer and reaches the caller.
+SnapshotSummary snapshot(int pid, SnapshotFormat format, std::optional<int> device,
+                         const std::function<void(std::string_view)>& sink,
+                         std::chrono::milliseconds timeout = kDefaultTimeout);
 
 // Cooperative release: asks every other gpumem process we may control to give back the free cache it holds
 // on `device_key`; processes that fail or do not answer within `per_process` are skipped. Returns the bytes

@@ -2,6 +2,7 @@
 // range before use, and any failure becomes one sentence rather than an exception escaping the server.
 #include "control/protocol.hpp"
 
+#include <array>
 #include <cmath>
 
 namespace gpumem::control {
@@ -14,6 +15,7 @@ std::optional<Op> op_from_name(const std::string& name) {
   if (name == "limit") return Op::limit;
   if (name == "stop") return Op::stop;
   if (name == "release") return Op::release;
+  if (name == "snapshot") return Op::snapshot;
   return std::nullopt;
 }
 
@@ -25,19 +27,40 @@ const char* op_name(Op op) {
     case Op::limit: return "limit";
     case Op::stop: return "stop";
     case Op::release: return "release";
+    case Op::snapshot: return "snapshot";
   }
   return "stats";
 }
 
-bool parse_limit(const nlohmann::json& j, Request& r, std::string& error) {
-  if (j.contains("device")) {
-    const auto& d = j["device"];
-    if (!d.is_number_integer() || d.get<std::int64_t>() < 0 || d.get<std::int64_t>() > 1023) {
-      error = "field 'device' must be an integer from 0 to 1023";
-      return false;
-    }
-    r.device = int(d.get<std::int64_t>());
+// The optional "device" field: absent leaves `device` as it is.
+bool parse_device(const nlohmann::json& j, std::optional<int>& device, std::string& error) {
+  if (!j.contains("device")) return true;
+  const auto& d = j["device"];
+  if (!d.is_number_integer() || d.get<std::int64_t>() < 0 || d.get<std::int64_t>() > 1023) {
+    error = "field 'device' must be an integer from 0 to 1023";
+    return false;
   }
+  device = int(d.get<std::int64_t>());
+  return true;
+}
+
+bool parse_snapshot(const nlohmann::json& j, Request& r, std::string& error) {
+  if (!parse_device(j, r.snapshot_device, error)) return false;
+  if (!j.contains("format")) return true;
+  const auto& f = j["format"];
+  if (f.is_string() && f.get<std::string>() == "pickle") r.format = SnapshotFormat::pickle;
+  else if (f.is_string() && f.get<std::string>() == "json") r.format = SnapshotFormat::json;
+  else {
+    error = "field 'format' must be \"pickle\" or \"json\"";
+    return false;
+  }
+  return true;
+}
+
+bool parse_limit(const nlohmann::json& j, Request& r, std::string& error) {
+  std::optional<int> device;
+  if (!parse_device(j, device, error)) return false;
+  r.device = device.value_or(0);
   bool has_bytes = j.contains("bytes"), has_fraction = j.contains("fraction");
   if (has_bytes == has_fraction) {
     error = "a limit request needs exactly one of 'bytes' and 'fraction'";
@@ -90,6 +113,7 @@ std::optional<Request> parse_request(std::string_view body, std::string& error) 
   Request r;
   r.op = *op;
   if (r.op == Op::limit && !parse_limit(j, r, error)) return std::nullopt;
+  if (r.op == Op::snapshot && !parse_snapshot(j, r, error)) return std::nullopt;
   if (r.op == Op::release) {
     if (!j.contains("device_key") || !j["device_key"].is_string() || j["device_key"].get<std::string>().empty()) {
       error = "a release request needs a non-empty string 'device_key'";
@@ -108,7 +132,15 @@ nlohmann::json request_json(const Request& request) {
     if (request.fraction) j["fraction"] = *request.fraction;
   }
   if (request.op == Op::release) j["device_key"] = request.device_key;
+  if (request.op == Op::snapshot) {
+    j["format"] = snapshot_format_name(request.format);
+    if (request.snapshot_device) j["device"] = *request.snapshot_device;
+  }
   return j;
+}
+
+const char* snapshot_format_name(SnapshotFormat format) noexcept {
+  return format == SnapshotFormat::json ? "json" : "pickle";
 }
 
 std::string to_wire(const nlohmann::json& message) {
@@ -121,16 +153,14 @@ nlohmann::json error_answer(const std::string& sentence) {
   return {{"v", kProtocolVersion}, {"ok", false}, {"error", sentence}};
 }
 
+std::array<char, 4> frame_header(std::size_t size) {
+  std::uint32_t n = std::uint32_t(size);
+  return {char((n >> 24) & 0xff), char((n >> 16) & 0xff), char((n >> 8) & 0xff), char(n & 0xff)};
+}
+
 std::string frame(const std::string& body) {
-  std::uint32_t n = std::uint32_t(body.size());
-  std::string out;
-  out.reserve(4 + body.size());
-  out.push_back(char((n >> 24) & 0xff));
-  out.push_back(char((n >> 16) & 0xff));
-  out.push_back(char((n >> 8) & 0xff));
-  out.push_back(char(n & 0xff));
-  out += body;
-  return out;
+  std::array<char, 4> header = frame_header(body.size());
+  return std::string(header.data(), header.size()) + body;
 }
 
 std::uint32_t frame_length(const unsigned char header[4]) {

@@ -17,6 +17,7 @@
 
 #include "control/channel.hpp"
 #include "control/protocol.hpp"
+#include "control/server_snapshot.hpp"
 
 namespace gpumem::control {
 namespace {
@@ -100,6 +101,8 @@ nlohmann::json answer(const Request& r, const ServerHooks& hooks) {
     case Op::release:
       a["released_bytes"] = release_all(devices, r.device_key);
       return a;
+    case Op::snapshot:
+      return snapshot_head(r, hooks);  // the document goes over the connection (serve_snapshot)
   }
   return error_answer("unhandled operation");
 }
@@ -115,6 +118,11 @@ void serve_one(int fd, const ServerHooks& hooks) {
   std::string body;
   if (!recv_frame(fd, body, kMaxRequestBytes, deadline, error)) {
     send_frame(fd, to_wire(error_answer("bad request: " + error)), deadline, error);
+    return;
+  }
+  std::string parse_error;  // a snapshot answers in many frames; everything else in one (parsed again there)
+  if (std::optional<Request> r = parse_request(body, parse_error); r && r->op == Op::snapshot) {
+    serve_snapshot(fd, *r, hooks);
     return;
   }
   bool is_stop = false;
@@ -133,7 +141,7 @@ void serve_forever(int listen_fd) {
       }
       return;
     }
-    serve_one(fd, *g_hooks);
+    serve_connection(fd, *g_hooks);
     close(fd);
   }
 }
@@ -226,6 +234,14 @@ bool start_server(ServerHooks hooks, std::string& why) {
   std::atexit(unlink_at_exit);
   g_started = true;
   return true;
+}
+
+void serve_connection(int fd, const ServerHooks& hooks) {
+  try {
+    serve_one(fd, hooks);
+  } catch (...) {
+    // out of host memory: this connection ends, the server goes on
+  }
 }
 
 bool server_running() {

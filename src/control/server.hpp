@@ -5,17 +5,22 @@
 // Contract:
 //  - start_server() is idempotent and thread-safe; it returns false (and says why in `why`) when the
 //    channel is off (GPUMEM_CONTROL=0) or cannot be set up. It never throws.
-//  - The thread answers one connection at a time, each bounded by a 2 s deadline; peers of another uid
-//    (except root) get an error answer and nothing else. Exceptions in handlers become error answers.
+//  - The thread answers one connection at a time, each bounded by a 2 s deadline (a snapshot's transfer:
+//    2 s without progress, 5 minutes in all); peers of another uid (except root) get an error answer and
+//    nothing else. Exceptions in handlers become error answers.
 //  - The socket is unlinked at normal exit.
 //  - stop: sets stop_requested(), releases every device's cache, then sends SIGINT to the process (Python's
 //    main thread raises KeyboardInterrupt, or runs the shim's on_stop handler).
+//  - snapshot: the snapshot is taken (plain data, under the allocators' locks), then rendered straight into
+//    the socket in chunks without a lock, so the document is never in memory whole. A client that takes
+//    no chunk for 2 s, or a transfer past 5 minutes, ends the connection; the program goes on.
 #pragma once
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "gpumem/allocator.hpp"
+#include "report/torch_snapshot.hpp"
 
 namespace gpumem::control {
 
@@ -30,13 +35,23 @@ struct ServerHooks {
   std::function<Allocator&(int)> make_device;          // limit on a device not made yet makes it
 };
 
+// Where snapshots come from. Unset: the served devices' allocator snapshots, with no history. The memory
+// history (src/report) sets one that adds its trace entries and frames. Thread-safe.
+using SnapshotSource = std::function<report::TorchSnapshotInput()>;
+void set_snapshot_source(SnapshotSource source);
+
 bool start_server(ServerHooks hooks, std::string& why);
 bool server_running();
 std::string server_socket_path();  // "" when not running
 bool stop_requested();
 
 // The answer to one request body, as the server gives it (for tests and the fuzzer). `is_stop` is set
-// when the request was a valid stop (the caller then signals the process; this function does not).
+// when the request was a valid stop (the caller then signals the process; this function does not). For
+// a snapshot it is the head answer only: the document itself goes over a connection (serve_connection).
 std::string handle_request_body(const std::string& body, const ServerHooks& hooks, bool* is_stop = nullptr);
+
+// Serves one accepted connection as the server thread does (peer check, one request, its answer); for
+// tests over a socketpair. Never throws.
+void serve_connection(int fd, const ServerHooks& hooks);
 
 }  // namespace gpumem::control

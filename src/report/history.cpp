@@ -8,6 +8,7 @@
 
 #include "api/context_hook.hpp"
 #include "api/registry_internal.hpp"
+#include "control/server.hpp"
 #include "gpumem/memory.hpp"
 
 namespace gpumem::report {
@@ -68,6 +69,8 @@ void MemoryHistory::start(const HistoryOptions& options, FrameSource source) {
   // Outside our mutex: allocating threads hold the allocator's locks and then take ours.
   default_allocator(-1);
   for_each_default_allocator([](Allocator& a) { a.add_observer(process_history_handle()); });
+  // `gpumem snapshot PID` from outside then gets this history's trace entries and frames too.
+  control::set_snapshot_source([] { return process_history().torch_snapshot(); });
 }
 
 void MemoryHistory::stop() {

@@ -19,14 +19,19 @@ void write_snapshot_json(const std::vector<AllocatorSnapshot>& devices, std::ost
     out << (d ? "," : "") << h << ",\"regions\":[";
     for (std::size_t i = 0; i < s.regions.size(); ++i) {
       const SnapshotRegion& r = s.regions[i];
-      nlohmann::json blocks = nlohmann::json::array();
-      for (const SnapshotBlock& b : r.blocks)
-        blocks.push_back({{"address", b.addr}, {"size", b.size}, {"requested", b.requested},
-                          {"state", snapshot_block_state_name(b.state)}});
-      nlohmann::json region = {{"base", r.base},   {"size", r.size},         {"mapped", r.mapped},
-                               {"stream", r.stream}, {"pool", r.small_pool ? "small" : "large"},
-                               {"plain", r.plain}, {"blocks", std::move(blocks)}};
-      out << (i ? "," : "") << region.dump();
+      // Block by block: a region may hold a million blocks, which as one JSON value would take far more
+      // memory than the snapshot itself. Keys in the order nlohmann's objects print them.
+      out << (i ? "," : "") << "{\"base\":" << r.base << ",\"blocks\":[";
+      for (std::size_t k = 0; k < r.blocks.size(); ++k) {
+        const SnapshotBlock& b = r.blocks[k];
+        out << (k ? "," : "") << "{\"address\":" << b.addr << ",\"requested\":" << b.requested
+            << ",\"size\":" << b.size << ",\"state\":\"" << snapshot_block_state_name(b.state) << "\"}";
+      }
+      nlohmann::json rest = {{"size", r.size},     {"mapped", r.mapped}, {"stream", r.stream},
+                             {"pool", r.small_pool ? "small" : "large"}, {"plain", r.plain}};
+      std::string tail = rest.dump();
+      tail.front() = ',';  // continues the region's object
+      out << "]" << tail;
     }
     out << "],\"mappings\":[";
     for (std::size_t i = 0; i < s.mappings.size(); ++i) {

@@ -33,7 +33,9 @@ void write_frames(PickleWriter& w, const std::vector<Frame>& frames) {
 
 // PyTorch's segments are contiguous device memory: a gpumem region becomes one segment per run of
 // blocks between holes (addresses whose pages were lent elsewhere or unmapped are not memory).
-void write_segments(PickleWriter& w, const TorchSnapshotInput& in, const AllocatorSnapshot& dev) {
+// Calls fn(region, first, end) for each run [first, end) of r.blocks.
+template <class Fn>
+void for_each_segment(const AllocatorSnapshot& dev, Fn&& fn) {
   for (const SnapshotRegion& r : dev.regions) {
     std::size_t i = 0;
     while (i < r.blocks.size()) {
@@ -42,62 +44,69 @@ void write_segments(PickleWriter& w, const TorchSnapshotInput& in, const Allocat
         continue;
       }
       std::size_t end = i;
-      std::size_t total = 0, allocated = 0, active = 0, requested = 0;
-      for (; end < r.blocks.size() && r.blocks[end].state != SnapshotBlockState::hole; ++end) {
-        const SnapshotBlock& b = r.blocks[end];
-        total += b.size;
-        if (b.state == SnapshotBlockState::allocated) allocated += b.size;
-        if (b.state == SnapshotBlockState::allocated || b.state == SnapshotBlockState::pending_free) {
-          active += b.size;
-          requested += b.requested;
-        }
-      }
-      w.begin_dict();
-      w.key("device");
-      w.integer(dev.device);
-      w.key("address");
-      w.unsigned_integer(r.blocks[i].addr);
-      w.key("total_size");
-      w.unsigned_integer(total);
-      w.key("allocated_size");
-      w.unsigned_integer(allocated);
-      w.key("active_size");
-      w.unsigned_integer(active);
-      w.key("requested_size");
-      w.unsigned_integer(requested);
-      w.key("stream");
-      w.unsigned_integer(r.stream);
-      w.key("segment_type");
-      w.str(r.small_pool ? "small" : "large");
-      w.key("segment_pool_id");
-      w.tuple2_int(0, 0);
-      w.key("is_expandable");
-      w.boolean(!r.plain);
-      w.key("frames");
-      write_frames(w, {});
-      w.key("blocks");
-      w.begin_list();
-      for (std::size_t k = i; k < end; ++k) {
-        const SnapshotBlock& b = r.blocks[k];
-        bool live = b.state == SnapshotBlockState::allocated || b.state == SnapshotBlockState::pending_free;
-        w.begin_dict();
-        w.key("address");
-        w.unsigned_integer(b.addr);
-        w.key("size");
-        w.unsigned_integer(b.size);
-        w.key("requested_size");
-        w.unsigned_integer(live ? b.requested : 0);
-        w.key("state");
-        w.str(torch_state(b.state));
-        w.key("frames");
-        write_frames(w, live && in.block_frames ? in.block_frames(dev.device, b.addr) : std::vector<Frame>{});
-        w.end_dict();
-      }
-      w.end_list();
-      w.end_dict();
+      while (end < r.blocks.size() && r.blocks[end].state != SnapshotBlockState::hole) ++end;
+      fn(r, i, end);
       i = end;
     }
   }
+}
+
+void write_segments(PickleWriter& w, const TorchSnapshotInput& in, const AllocatorSnapshot& dev) {
+  for_each_segment(dev, [&](const SnapshotRegion& r, std::size_t i, std::size_t end) {
+    std::size_t total = 0, allocated = 0, active = 0, requested = 0;
+    for (std::size_t k = i; k < end; ++k) {
+      const SnapshotBlock& b = r.blocks[k];
+      total += b.size;
+      if (b.state == SnapshotBlockState::allocated) allocated += b.size;
+      if (b.state == SnapshotBlockState::allocated || b.state == SnapshotBlockState::pending_free) {
+        active += b.size;
+        requested += b.requested;
+      }
+    }
+    w.begin_dict();
+    w.key("device");
+    w.integer(dev.device);
+    w.key("address");
+    w.unsigned_integer(r.blocks[i].addr);
+    w.key("total_size");
+    w.unsigned_integer(total);
+    w.key("allocated_size");
+    w.unsigned_integer(allocated);
+    w.key("active_size");
+    w.unsigned_integer(active);
+    w.key("requested_size");
+    w.unsigned_integer(requested);
+    w.key("stream");
+    w.unsigned_integer(r.stream);
+    w.key("segment_type");
+    w.str(r.small_pool ? "small" : "large");
+    w.key("segment_pool_id");
+    w.tuple2_int(0, 0);
+    w.key("is_expandable");
+    w.boolean(!r.plain);
+    w.key("frames");
+    write_frames(w, {});
+    w.key("blocks");
+    w.begin_list();
+    for (std::size_t k = i; k < end; ++k) {
+      const SnapshotBlock& b = r.blocks[k];
+      bool live = b.state == SnapshotBlockState::allocated || b.state == SnapshotBlockState::pending_free;
+      w.begin_dict();
+      w.key("address");
+      w.unsigned_integer(b.addr);
+      w.key("size");
+      w.unsigned_integer(b.size);
+      w.key("requested_size");
+      w.unsigned_integer(live ? b.requested : 0);
+      w.key("state");
+      w.str(torch_state(b.state));
+      w.key("frames");
+      write_frames(w, live && in.block_frames ? in.block_frames(dev.device, b.addr) : std::vector<Frame>{});
+      w.end_dict();
+    }
+    w.end_list();
+    w.end_dict();
+  });
 }
 
 void write_trace(PickleWriter& w, const std::vector<TraceEntry>& trace) {
@@ -171,6 +180,19 @@ const char* torch_action_name(EventKind kind) noexcept {
     case EventKind::give_back: return nullptr;
     default: return event_kind_name(kind);
   }
+}
+
+SnapshotCounts count_snapshot(const std::vector<AllocatorSnapshot>& devices) {
+  SnapshotCounts c;
+  for (const AllocatorSnapshot& dev : devices)
+    for_each_segment(dev, [&](const SnapshotRegion& r, std::size_t i, std::size_t end) {
+      ++c.segments;
+      c.blocks += end - i;
+      for (std::size_t k = i; k < end; ++k)
+        if (r.blocks[k].state == SnapshotBlockState::allocated || r.blocks[k].state == SnapshotBlockState::pending_free)
+          ++c.active_blocks;
+    });
+  return c;
 }
 
 void write_torch_snapshot(const TorchSnapshotInput& in, std::ostream& out) {

@@ -44,6 +44,13 @@ struct TorchSnapshotInput {
   std::string alloc_conf;                            // PYTORCH_CUDA_ALLOC_CONF as the process sees it
 };
 
+// What a snapshot holds as PyTorch counts it: segments (contiguous runs of memory between holes), their
+// blocks, and the blocks in use (allocated or pending free). Both renderers describe the same ones.
+struct SnapshotCounts {
+  std::size_t segments = 0, blocks = 0, active_blocks = 0;
+};
+SnapshotCounts count_snapshot(const std::vector<AllocatorSnapshot>& devices);
+
 // Writes the pickle to `out`; throws std::runtime_error when the stream fails.
 void write_torch_snapshot(const TorchSnapshotInput& input, std::ostream& out);
 // Same into a file (created or truncated); throws std::runtime_error with one sentence naming the path.

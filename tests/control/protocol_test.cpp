@@ -1,7 +1,11 @@
 // The request parser and handlers against everything a peer may send: valid requests do what they say,
 // anything else gets an error answer and the allocator is unharmed.
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
+#include <future>
 #include <random>
 
 #include "control/channel.hpp"
@@ -55,6 +59,10 @@ TEST(ControlProtocol, ValidRequestsDoWhatTheySay) {
   f.allocator.deallocate(live);
   EXPECT_TRUE(f.ask(R"({"v":1,"op":"reset"})")["ok"].get<bool>());
   EXPECT_EQ(f.allocator.stats().allocated_bytes[0].peak, 0);
+  auto head = f.ask(R"({"v":1,"op":"snapshot","format":"json","device":0})");
+  EXPECT_EQ(head["format"], "json");
+  EXPECT_EQ(head["devices"], 1);
+  EXPECT_EQ(head["active_blocks"], 0);
 }
 
 TEST(ControlProtocol, BadRequestsGetOneSentence) {
@@ -65,7 +73,10 @@ TEST(ControlProtocol, BadRequestsGetOneSentence) {
                            R"({"v":1,"op":"limit","bytes":-1})", R"({"v":1,"op":"limit","fraction":1.5})",
                            R"({"v":1,"op":"limit","fraction":0})", R"({"v":1,"op":"limit","device":-1,"bytes":1})",
                            R"({"v":1,"op":"limit","device":3,"bytes":1})", R"({"v":1,"op":"release"})",
-                           R"({"v":1,"op":"release","device_key":""})"}) {
+                           R"({"v":1,"op":"release","device_key":""})",
+                           R"({"v":1,"op":"snapshot","format":"xml"})", R"({"v":1,"op":"snapshot","format":1})",
+                           R"({"v":1,"op":"snapshot","device":-1})", R"({"v":1,"op":"snapshot","device":"0"})",
+                           R"({"v":1,"op":"snapshot","device":3})"}) {
     auto a = f.ask(body);
     EXPECT_FALSE(a["ok"].get<bool>()) << body;
     EXPECT_FALSE(a["error"].get<std::string>().empty()) << body;
@@ -85,7 +96,8 @@ TEST(ControlProtocol, RandomAndMutatedRequests) {
   const std::vector<std::string> seeds = {R"({"v":1,"op":"stats"})", R"({"v":1,"op":"clear"})",
                                           R"({"v":1,"op":"limit","device":0,"bytes":0})",
                                           R"({"v":1,"op":"limit","fraction":1.0})",
-                                          R"({"v":1,"op":"release","device_key":"k"})"};
+                                          R"({"v":1,"op":"release","device_key":"k"})",
+                                          R"({"v":1,"op":"snapshot","format":"json","device":0})"};
   std::mt19937_64 rng(12345);
   for (int i = 0; i < 20000; ++i) {
     std::string body = seeds[rng() % seeds.size()];
@@ -105,6 +117,83 @@ TEST(ControlProtocol, RandomAndMutatedRequests) {
   f.allocator.check_invariants();
   EXPECT_EQ(f.allocator.stats().allocated_bytes[0].current, 1 << 20);
   f.allocator.deallocate(live);
+}
+
+// The snapshot operation over a real connection (a socketpair served as the server thread serves one).
+struct SnapshotConnection {
+  int client = -1, server = -1;
+  std::future<void> served;
+  SnapshotConnection(Fixture& f, const std::string& request) {
+    int sv[2];
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    client = sv[0];
+    server = sv[1];
+    served = std::async(std::launch::async, [this, &f] { serve_connection(server, f.hooks); });
+    std::string error;
+    EXPECT_TRUE(send_frame(client, request, Clock::now() + std::chrono::seconds(2), error)) << error;
+  }
+  ~SnapshotConnection() {
+    if (client >= 0) close(client);
+    served.wait();
+    close(server);
+  }
+  nlohmann::json answer() {
+    std::string body, error;
+    EXPECT_TRUE(recv_frame(client, body, kMaxAnswerBytes, Clock::now() + std::chrono::seconds(5), error)) << error;
+    return nlohmann::json::parse(body, nullptr, false);
+  }
+};
+
+TEST(ControlProtocol, SnapshotStreamsInChunksEndedByATrailer) {
+  Fixture f;
+  std::vector<void*> blocks;
+  for (int i = 0; i < 20000; ++i) blocks.push_back(f.allocator.allocate(512));
+  {
+    SnapshotConnection c(f, R"({"v":1,"op":"snapshot","format":"pickle"})");
+    nlohmann::json head = c.answer();
+    ASSERT_TRUE(head.value("ok", false)) << head.dump();
+    EXPECT_EQ(head["active_blocks"], 20000);
+    std::string doc, chunk, error;
+    int chunks = 0;
+    for (;;) {
+      ASSERT_TRUE(recv_frame(c.client, chunk, kSnapshotChunkBytes, Clock::now() + std::chrono::seconds(5), error))
+          << error;
+      if (chunk.empty()) break;
+      doc += chunk;
+      ++chunks;
+    }
+    nlohmann::json trailer = c.answer();
+    EXPECT_TRUE(trailer.value("ok", false)) << trailer.dump();
+    EXPECT_EQ(trailer["bytes"], doc.size());
+    EXPECT_GE(chunks, 4);
+    ASSERT_GT(doc.size(), 2u);
+    EXPECT_EQ(doc.front(), '\x80');  // pickle PROTO
+    EXPECT_EQ(doc.back(), '.');       // pickle STOP
+  }
+  for (void* p : blocks) f.allocator.deallocate(p);
+}
+
+TEST(ControlProtocol, SnapshotClientThatLeavesOrStallsDoesNotHoldTheServer) {
+  Fixture f;
+  std::vector<void*> blocks;
+  for (int i = 0; i < 20000; ++i) blocks.push_back(f.allocator.allocate(512));
+  for (bool stall : {false, true}) {
+    auto start = Clock::now();
+    {
+      SnapshotConnection c(f, R"({"v":1,"op":"snapshot"})");
+      EXPECT_TRUE(c.answer().value("ok", false));
+      if (!stall) {
+        close(c.client);
+        c.client = -1;
+      }
+      // A stalled client: the server's sends fill the socket and wait at most 2 s for room.
+      EXPECT_EQ(c.served.wait_for(std::chrono::seconds(6)), std::future_status::ready) << "stall " << stall;
+    }
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(6));
+  }
+  EXPECT_TRUE(f.ask(R"({"v":1,"op":"stats"})")["ok"].get<bool>());  // the server goes on
+  f.allocator.check_invariants();
+  for (void* p : blocks) f.allocator.deallocate(p);
 }
 
 TEST(ControlProtocol, FramesAndPeerRule) {
