@@ -296,6 +296,10 @@ def _patch_torch_internals(torch):
         "_cuda_resetPeakMemoryStats": reset_peak_memory_stats,
         "_cuda_getMemoryFraction": get_per_process_memory_fraction,
         "_cuda_attach_out_of_memory_observer": attach_out_of_memory_observer,
+        # torch.accelerator answers {} unless it believes its allocator is initialised (c10's, which
+        # the pluggable allocator never initialises): gpumem's is, from install() on.
+        "_accelerator_isAllocatorInitialized": lambda: True,
+        "_accelerator_emptyCache": empty_cache,
         "_accelerator_getDeviceStats": lambda device=None: _nested(memory_stats(device)),
         "_accelerator_resetAccumulatedStats": reset_accumulated_memory_stats,
         "_accelerator_resetPeakStats": reset_peak_memory_stats,
