@@ -17,6 +17,7 @@ struct ProcessSample {
   unsigned pid = 0;
   std::optional<unsigned long long> used_bytes;  // absent when the driver says "not available"
   bool compute = false, graphics = false;        // which NVML lists name it (both: "C+G")
+  std::optional<unsigned> sm_percent;  // only with SamplerOptions::process_utilization; absent: not supported
 };
 
 struct GpuSample {
@@ -36,6 +37,12 @@ struct GpuSample {
   std::optional<unsigned> pcie_replays;         // PCIe retries since the driver loaded
   std::optional<unsigned> pcie_rx_kbps, pcie_tx_kbps;  // only when the sampler measures PCIe
   std::optional<unsigned> encoder_percent, decoder_percent;
+  std::optional<unsigned> jpg_percent, ofa_percent;  // JPEG decoder and optical flow engines
+  // Only with SamplerOptions::violations: share of time since the previous sample that clocks were held
+  // down by the power cap, and whether a thermal limit held them down at all (nvidia-smi dmon -s v).
+  std::optional<unsigned> power_violation_percent;
+  std::optional<bool> thermal_violation;
+  std::optional<unsigned long long> last_xid;  // only with SamplerOptions::xid: 0 until an XID arrives
   std::optional<unsigned long long> bar1_used;
   std::optional<unsigned long long> ecc_corrected, ecc_uncorrected;  // volatile counts
   std::optional<std::vector<ProcessSample>> processes;  // absent: the process list could not be read
@@ -52,6 +59,9 @@ struct SamplerOptions {
   std::string ids;         // nvidia-smi's -i: indices, UUIDs or bus ids, comma separated; empty = all
   bool processes = true;   // read the compute and graphics process lists
   bool pcie = false;       // measure PCIe throughput on a background thread (its calls block ~20 ms)
+  bool process_utilization = false;  // %SM per process (one more NVML call per GPU)
+  bool violations = false;           // power/thermal violation rates (two calls per GPU, rates from the previous sample)
+  bool xid = false;                  // register for XID events once and poll them at each sample
 };
 
 class Sampler {

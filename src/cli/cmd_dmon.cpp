@@ -25,6 +25,8 @@ int run_dmon(const DmonOptions& o) {
   monitor::SamplerOptions so;
   so.processes = false;
   so.pcie = cols.pcie;
+  so.violations = cols.violations;
+  cols.jpg_ofa = nvml->library().fn().jpg_utilization != nullptr;
   monitor::Sampler sampler = monitor::make_sampler(nvml, monitor::select_gpus(*nvml, o.ids), so);
   monitor::install_stop_handlers();
   std::string text = monitor::dmon_header(cols);
@@ -51,8 +53,8 @@ GPUMEM_REGISTER_COMMAND(
       sub.add_option("-d,--delay", o->delay, "seconds between samples (default 1)");
       sub.add_option("-c,--count", o->count, "stop after COUNT samples (default: until Ctrl-C)");
       sub.add_option("-s,--select", o->metrics,
-                     "metric groups as nvidia-smi dmon: p power/temp, u utilization (sm mem enc dec), c clocks, "
-                     "m FB/BAR1 memory, e ECC/PCIe replay errors, t PCIe throughput; g gpumem's reserved/free "
+                     "metric groups as nvidia-smi dmon: p power/temp, u utilization (sm mem enc dec, jpg ofa where the "
+                     "driver has them), c clocks, v power/thermal violations (pviol %, tviol 0/1), m FB/BAR1 memory, e ECC/PCIe replay errors, t PCIe throughput; g gpumem's reserved/free "
                      "(default pucmg)");
       return [o] { return run_monitor_command("dmon", [&] { return run_dmon(*o); }); };
     });

@@ -37,6 +37,7 @@ GpuMetrics gpu_metrics(const monitor::GpuSample& g) {
   if (g.power_mw) m.power_watts = *g.power_mw / 1000.0;
   m.total_energy_mj = g.energy_mj;
   m.pcie_replays = g.pcie_replays;
+  m.last_xid = g.last_xid;
   return m;
 }
 
@@ -159,6 +160,7 @@ Snapshot Collector::collect() {
     try {
       monitor::SamplerOptions o;
       o.processes = options_.processes;
+      o.xid = true;  // registered once here; each sample only drains what arrived
       sampler_.emplace(o);
     } catch (const std::exception& e) {  // NVML missing or failing, or no GPU: tried again next sample
       nvml_error = e.what();

@@ -65,6 +65,8 @@ void render_dcgm(ExpositionWriter& w, const std::vector<GpuRow>& rows) {
                      [](const GpuMetrics& g) { return g.power_watts; });
   gpu_family<ULL>(w, rows, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", Type::kCounter,
                   "Total energy consumption since boot (in mJ).", [](const GpuMetrics& g) { return g.total_energy_mj; });
+  gpu_family<ULL>(w, rows, "DCGM_FI_DEV_XID_ERRORS", Type::kGauge, "Value of the last XID error encountered.",
+                  [](const GpuMetrics& g) { return g.last_xid; });
   gpu_family<ULL>(w, rows, "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", Type::kCounter, "Total number of PCIe retries.",
                   [](const GpuMetrics& g) { return g.pcie_replays; });
 }

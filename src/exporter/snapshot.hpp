@@ -22,6 +22,7 @@ struct GpuMetrics {
   std::optional<double> power_watts;
   std::optional<unsigned long long> total_energy_mj;
   std::optional<unsigned long long> pcie_replays;
+  std::optional<unsigned long long> last_xid;  // 0 until an XID arrives; absent without XID events
 };
 
 enum class ProcessKind {

@@ -22,7 +22,9 @@ std::vector<Column> columns(const DmonColumns& c) {
   std::vector<Column> out;
   if (c.power) out.insert(out.end(), {{"pwr", "W"}, {"gtemp", "C"}, {"mtemp", "C"}});
   if (c.util) out.insert(out.end(), {{"sm", "%"}, {"mem", "%"}, {"enc", "%"}, {"dec", "%"}});
+  if (c.util && c.jpg_ofa) out.insert(out.end(), {{"jpg", "%"}, {"ofa", "%"}});
   if (c.clocks) out.insert(out.end(), {{"mclk", "MHz"}, {"pclk", "MHz"}});
+  if (c.violations) out.insert(out.end(), {{"pviol", "%"}, {"tviol", "bool"}});
   if (c.memory) out.insert(out.end(), {{"fb", "MB"}, {"bar1", "MB"}});
   if (c.ecc) out.insert(out.end(), {{"sbecc", "errs"}, {"dbecc", "errs"}, {"pci", "errs"}});
   if (c.pcie) out.insert(out.end(), {{"rxpci", "MB/s"}, {"txpci", "MB/s"}});
@@ -43,17 +45,16 @@ DmonColumns parse_dmon_metrics(const std::string& letters) {
       case 'e': c.ecc = true; break;
       case 't': c.pcie = true; break;
       case 'g': c.gpumem = true; break;
+      case 'v': c.violations = true; break;
       case ',': break;  // "-s p,u,c" as well as "-s puc"
-      case 'v':
-        throw UsageError("dmon metric group 'v' (power and thermal violations) is not supported by gpumem yet.");
       default:
         throw UsageError(std::string("unknown dmon metric group '") + ch +
-                         "' (p power/temp, u utilization, c clocks, m FB/BAR1 memory, e ECC/PCIe errors, t PCIe "
+                         "' (p power/temp, u utilization, c clocks, v power/thermal violations, m FB/BAR1 memory, e ECC/PCIe errors, t PCIe "
                          "throughput, g gpumem's reserved/free).");
     }
   }
-  if (!(c.power || c.util || c.clocks || c.memory || c.ecc || c.pcie || c.gpumem))
-    throw UsageError("-s needs at least one metric group (p, u, c, m, e, t, g).");
+  if (!(c.power || c.util || c.clocks || c.violations || c.memory || c.ecc || c.pcie || c.gpumem))
+    throw UsageError("-s needs at least one metric group (p, u, c, v, m, e, t, g).");
   return c;
 }
 
@@ -82,10 +83,18 @@ std::string dmon_lines(const SampleSet& sample, const DmonColumns& cols) {
       add(line, num(g.util_memory));
       add(line, num(g.encoder_percent));
       add(line, num(g.decoder_percent));
+      if (cols.jpg_ofa) {
+        add(line, num(g.jpg_percent));
+        add(line, num(g.ofa_percent));
+      }
     }
     if (cols.clocks) {
       add(line, num(g.clock_memory_mhz));
       add(line, num(g.clock_graphics_mhz));
+    }
+    if (cols.violations) {
+      add(line, num(g.power_violation_percent));
+      add(line, g.thermal_violation ? std::to_string(*g.thermal_violation ? 1 : 0) : "-");
     }
     auto mib = [](const std::optional<unsigned long long>& v) { return v ? std::to_string(to_mib(*v)) : "-"; };
     auto count = [](const auto& v) { return v ? std::to_string(*v) : "-"; };

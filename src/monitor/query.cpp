@@ -220,6 +220,15 @@ const std::vector<QueryField>& gpu_fields() {
       {"clocks_event_reasons.sw_thermal_slowdown", {"clocks_throttle_reasons.sw_thermal_slowdown"}, nullptr, [](GpuView& g) { return event_reason_cell(g, 0x20); }, {}},
       {"clocks_event_reasons.hw_thermal_slowdown", {"clocks_throttle_reasons.hw_thermal_slowdown"}, nullptr, [](GpuView& g) { return event_reason_cell(g, 0x40); }, {}},
       {"clocks_event_reasons.hw_power_brake_slowdown", {"clocks_throttle_reasons.hw_power_brake_slowdown"}, nullptr, [](GpuView& g) { return event_reason_cell(g, 0x80); }, {}},
+      {"retired_pages.single_bit_ecc.count", {"retired_pages.sbe"}, nullptr,
+       [](GpuView& g) { return number_cell(g.nvml(), on_device(g, [](const nvml::Nvml& n, abi::Device d) { return n.retired_pages(d, abi::kRetiredMultipleSbe); })); }, {}},
+      {"retired_pages.double_bit.count", {"retired_pages.dbe"}, nullptr,
+       [](GpuView& g) { return number_cell(g.nvml(), on_device(g, [](const nvml::Nvml& n, abi::Device d) { return n.retired_pages(d, abi::kRetiredDbe); })); }, {}},
+      {"retired_pages.pending", {}, nullptr,
+       [](GpuView& g) {
+         auto r = on_device(g, [](const nvml::Nvml& n, abi::Device d) { return n.retired_pages_pending(d); });
+         return r ? text_cell(*r ? "Yes" : "No") : failure(g.nvml(), r);
+       }, {}},
       {"ecc.errors.corrected.aggregate.total", {}, nullptr,
        [](GpuView& g) { return number_cell(g.nvml(), on_device(g, [](const nvml::Nvml& n, abi::Device d) { return n.ecc_errors(d, abi::kEccCorrected, abi::kEccAggregate); })); }, {}},
       {"ecc.errors.uncorrected.aggregate.total", {}, nullptr,

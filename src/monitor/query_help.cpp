@@ -63,6 +63,9 @@ const std::map<std::string, const char*>& descriptions() {
       {"clocks_event_reasons.sw_thermal_slowdown", "SW Thermal capping algorithm is reducing clocks below requested clocks because GPU temperature is higher than Max Operating Temp."},
       {"clocks_event_reasons.hw_thermal_slowdown", "HW Thermal Slowdown (reducing the core clocks by a factor of 2 or more) is engaged."},
       {"clocks_event_reasons.hw_power_brake_slowdown", "HW Power Brake Slowdown (reducing the core clocks by a factor of 2 or more) is engaged."},
+      {"retired_pages.single_bit_ecc.count", "The number of GPU device memory pages that have been retired due to multiple single bit ECC errors."},
+      {"retired_pages.double_bit.count", "The number of GPU device memory pages that have been retired due to a double bit ECC error."},
+      {"retired_pages.pending", "Checks if any GPU device memory pages are pending retirement on the next reboot. Pages that are pending retirement can still be allocated, and may cause further reliability issues."},
       // --query-compute-apps
       {"gpu_name", "The official product name of the GPU."},
       {"gpu_bus_id", "PCI bus id as \"domain:bus:device.function\", in hex."},

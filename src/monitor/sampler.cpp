@@ -1,9 +1,12 @@
 #include "monitor/sampler.hpp"
 
+#include <algorithm>
 #include <map>
 
 namespace gpumem::monitor {
 namespace {
+
+namespace abi = nvml::abi;
 
 template <class T>
 std::optional<T> opt(const nvml::Reading<T>& r) {
@@ -38,6 +41,37 @@ void read_processes(const nvml::Nvml& nvml, const GpuRef& ref, GpuSample& s) {
     }
   }
   s.processes = std::move(out);
+}
+
+// Share of the time between two readings of a violation counter (reference in us, violation in ns).
+std::optional<unsigned> violation_percent(const nvml::ViolationCounter& before, const nvml::ViolationCounter& now) {
+  if (now.reference_us <= before.reference_us || now.violation_ns < before.violation_ns) return std::nullopt;
+  double share = double(now.violation_ns - before.violation_ns) / (double(now.reference_us - before.reference_us) * 1000.0);
+  return static_cast<unsigned>(std::min(100.0, share * 100.0 + 0.5));
+}
+
+// Power and thermal violations since the previous reading of this GPU; the first reading only sets the base.
+void read_violations(const nvml::Nvml& nvml, abi::Device d, Sampler::Impl& m, size_t i, GpuSample& s) {
+  auto power = nvml.violation(d, abi::kPerfPolicyPower);
+  auto thermal = nvml.violation(d, abi::kPerfPolicyThermal);
+  if (power && m.power_viol[i]) s.power_violation_percent = violation_percent(*m.power_viol[i], *power);
+  if (thermal && m.thermal_viol[i] && violation_percent(*m.thermal_viol[i], *thermal))
+    s.thermal_violation = thermal->violation_ns > m.thermal_viol[i]->violation_ns;
+  m.power_viol[i] = power.value;
+  m.thermal_viol[i] = thermal.value;
+}
+
+// %SM of each listed process: the newest sample since the previous call; a process without one was idle.
+void read_process_utilization(const nvml::Nvml& nvml, abi::Device d, unsigned long long& seen_us, GpuSample& s) {
+  if (!s.processes) return;
+  auto util = nvml.process_utilization(d, seen_us);
+  if (!util) return;  // not supported: the column stays "-"
+  for (ProcessSample& p : *s.processes) {
+    p.sm_percent = 0;
+    for (const nvml::ProcessUtilization& u : *util)
+      if (u.pid == p.pid) p.sm_percent = std::min(100u, u.sm_percent);
+  }
+  for (const nvml::ProcessUtilization& u : *util) seen_us = std::max(seen_us, u.timestamp_us);
 }
 
 }  // namespace
@@ -76,6 +110,8 @@ GpuSample sample_gpu(const nvml::Nvml& nvml, const GpuRef& ref, bool processes) 
   if (s.pstate && *s.pstate == nvml::abi::kPstateUnknown) s.pstate.reset();
   s.encoder_percent = opt(nvml.encoder_percent(d));
   s.decoder_percent = opt(nvml.decoder_percent(d));
+  s.jpg_percent = opt(nvml.jpg_percent(d));
+  s.ofa_percent = opt(nvml.ofa_percent(d));
   if (auto b = nvml.bar1_memory(d)) s.bar1_used = b->used;
   s.ecc_corrected = opt(nvml.ecc_errors(d, nvml::abi::kEccCorrected, nvml::abi::kEccVolatile));
   s.ecc_uncorrected = opt(nvml.ecc_errors(d, nvml::abi::kEccUncorrected, nvml::abi::kEccVolatile));
@@ -100,6 +136,19 @@ Sampler make_sampler(std::shared_ptr<const nvml::Nvml> nvml, std::vector<GpuRef>
   impl->identity.resize(impl->gpus.size());
   impl->identity_read.assign(impl->gpus.size(), false);
   impl->power_limit.resize(impl->gpus.size());
+  impl->power_viol.resize(impl->gpus.size());
+  impl->thermal_viol.resize(impl->gpus.size());
+  impl->proc_util_seen_us.assign(impl->gpus.size(), 0);
+  if (options.xid) {
+    std::vector<nvml::abi::Device> devices;
+    for (const auto& g : impl->gpus) devices.push_back(g.device);
+    impl->xid = std::make_unique<nvml::XidEvents>(impl->nvml, devices);
+  }
+  if (options.violations)  // the base readings, so the first sample already has a rate
+    for (size_t i = 0; i < impl->gpus.size(); ++i) {
+      GpuSample ignored;
+      if (impl->gpus[i].device) read_violations(*impl->nvml, impl->gpus[i].device, *impl, i, ignored);
+    }
   if (options.pcie) {
     std::vector<nvml::abi::Device> devices;
     for (const auto& g : impl->gpus) devices.push_back(g.device);
@@ -122,6 +171,7 @@ SampleSet Sampler::sample() {
   const auto start = std::chrono::steady_clock::now();
   const bool read_limit = start - m.limit_read_at >= std::chrono::seconds(1);
   if (read_limit) m.limit_read_at = start;
+  if (m.xid) m.xid->poll();
   for (size_t i = 0; i < m.gpus.size(); ++i) {
     const GpuRef& ref = m.gpus[i];
     GpuSample s = sample_gpu(nvml, ref, m.options.processes);
@@ -145,6 +195,9 @@ SampleSet Sampler::sample() {
     s.max_clock_memory_mhz = id.max_clock_memory_mhz;
     if (s.error.empty() && read_limit) m.power_limit[i] = opt(nvml.power_limit_mw(ref.device));
     if (s.error.empty()) s.power_limit_mw = m.power_limit[i];
+    if (s.error.empty() && m.options.violations) read_violations(nvml, ref.device, m, i, s);
+    if (s.error.empty() && m.options.process_utilization) read_process_utilization(nvml, ref.device, m.proc_util_seen_us[i], s);
+    if (m.xid) s.last_xid = m.xid->last_xid(i);
     if (m.pcie) {
       nvml::PcieRate r = m.pcie->latest(i);
       s.pcie_rx_kbps = r.rx_kbps;

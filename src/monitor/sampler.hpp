@@ -8,6 +8,7 @@
 
 #include "monitor/common.hpp"
 #include "nvml/pcie_sampler.hpp"
+#include "nvml/xid_events.hpp"
 
 namespace gpumem::monitor {
 
@@ -20,6 +21,10 @@ struct Sampler::Impl {
   std::vector<bool> identity_read;
   std::chrono::steady_clock::time_point limit_read_at{};
   std::vector<std::optional<unsigned>> power_limit;
+  std::unique_ptr<nvml::XidEvents> xid;
+  // Previous violation counters (power, thermal) and the newest per-process utilization timestamp, per GPU.
+  std::vector<std::optional<nvml::ViolationCounter>> power_viol, thermal_viol;
+  std::vector<unsigned long long> proc_util_seen_us;
 };
 
 Sampler make_sampler(std::shared_ptr<const nvml::Nvml> nvml, std::vector<GpuRef> gpus, const SamplerOptions& options);

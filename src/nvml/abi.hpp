@@ -103,6 +103,34 @@ struct FieldValue {  // nvmlFieldValue_t
 };
 static_assert(sizeof(FieldValue) == 40);
 
+// Per-process utilization samples (nvmlProcessUtilizationSample_t): timeStamp in CPU microseconds.
+struct ProcessUtilizationSample {
+  unsigned int pid;
+  unsigned long long timeStamp;
+  unsigned int smUtil, memUtil, encUtil, decUtil;
+};
+static_assert(sizeof(ProcessUtilizationSample) == 32);
+
+// nvmlViolationTime_t: referenceTime in microseconds, violationTime in nanoseconds (both running counters).
+struct ViolationTime {
+  unsigned long long referenceTime, violationTime;
+};
+inline constexpr unsigned kPerfPolicyPower = 0;  // nvmlPerfPolicyType_t
+inline constexpr unsigned kPerfPolicyThermal = 1;
+
+inline constexpr unsigned kRetiredMultipleSbe = 0;  // nvmlPageRetirementCause_t
+inline constexpr unsigned kRetiredDbe = 1;
+
+// Events (nvmlEventSet_t, nvmlEventData_t as nvmlEventSetWait_v2 fills it; v1 stops before the ids).
+using EventSet = struct EventSetOpaque*;
+struct EventData {
+  Device device;
+  unsigned long long eventType, eventData;
+  unsigned int gpuInstanceId, computeInstanceId;
+};
+static_assert(sizeof(EventData) == 32);
+inline constexpr unsigned long long kEventTypeXidCriticalError = 0x8;
+
 inline constexpr unsigned kStringBufferSize = 96;  // >= NVML_DEVICE_NAME_V2_BUFFER_SIZE / UUID_V2 (96/96)
 
 }  // namespace gpumem::nvml::abi

@@ -104,6 +104,17 @@ void Library::resolve() {
   bind(h, fn_.encoder_utilization, {"nvmlDeviceGetEncoderUtilization"});
   bind(h, fn_.decoder_utilization, {"nvmlDeviceGetDecoderUtilization"});
   bind(h, fn_.bar1_memory, {"nvmlDeviceGetBAR1MemoryInfo"});
+  bind(h, fn_.jpg_utilization, {"nvmlDeviceGetJpgUtilization"});
+  bind(h, fn_.ofa_utilization, {"nvmlDeviceGetOfaUtilization"});
+  bind(h, fn_.violation_status, {"nvmlDeviceGetViolationStatus"});
+  bind(h, fn_.retired_pages, {"nvmlDeviceGetRetiredPages"});
+  bind(h, fn_.retired_pages_pending, {"nvmlDeviceGetRetiredPagesPendingStatus"});
+  bind(h, fn_.remapped_rows, {"nvmlDeviceGetRemappedRows"});
+  bind(h, fn_.process_utilization, {"nvmlDeviceGetProcessUtilization"});
+  bind(h, fn_.event_set_create, {"nvmlEventSetCreate"});
+  bind(h, fn_.register_events, {"nvmlDeviceRegisterEvents"});
+  bind(h, fn_.event_set_wait, {"nvmlEventSetWait_v2", "nvmlEventSetWait"});
+  bind(h, fn_.event_set_free, {"nvmlEventSetFree"});
 
   // Process lists: the newest entry point, with the record layout that entry point writes on this
   // driver. _v3 wrote 32-byte records (usedGpuCcProtectedMemory) only on the drivers that exported

@@ -70,6 +70,18 @@ struct Functions {
   Return (*encoder_utilization)(Device, unsigned*, unsigned*) = nullptr;
   Return (*decoder_utilization)(Device, unsigned*, unsigned*) = nullptr;
   Return (*bar1_memory)(Device, abi::BAR1Memory*) = nullptr;
+  Return (*jpg_utilization)(Device, unsigned*, unsigned*) = nullptr;
+  Return (*ofa_utilization)(Device, unsigned*, unsigned*) = nullptr;
+  Return (*violation_status)(Device, unsigned, abi::ViolationTime*) = nullptr;
+  Return (*retired_pages)(Device, unsigned, unsigned*, unsigned long long*) = nullptr;
+  Return (*retired_pages_pending)(Device, unsigned*) = nullptr;
+  Return (*remapped_rows)(Device, unsigned*, unsigned*, unsigned*, unsigned*) = nullptr;
+  Return (*process_utilization)(Device, abi::ProcessUtilizationSample*, unsigned*, unsigned long long) = nullptr;
+  // XID events: a set, devices registered into it, a wait that returns at once with timeout 0.
+  Return (*event_set_create)(abi::EventSet*) = nullptr;
+  Return (*register_events)(Device, unsigned long long, abi::EventSet) = nullptr;
+  Return (*event_set_wait)(abi::EventSet, abi::EventData*, unsigned) = nullptr;
+  Return (*event_set_free)(abi::EventSet) = nullptr;
   // Process lists take a record array whose stride is process_record_size (16, 24 or 32 bytes).
   Return (*compute_processes)(Device, unsigned*, void*) = nullptr;
   Return (*graphics_processes)(Device, unsigned*, void*) = nullptr;

@@ -1,5 +1,6 @@
 #include "nvml/nvml.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -197,6 +198,65 @@ Reading<unsigned> codec_percent(abi::Return (*fn)(abi::Device, unsigned*, unsign
 
 Reading<unsigned> Nvml::encoder_percent(Device d) const { return codec_percent(lib_->fn().encoder_utilization, d); }
 Reading<unsigned> Nvml::decoder_percent(Device d) const { return codec_percent(lib_->fn().decoder_utilization, d); }
+
+Reading<unsigned> Nvml::jpg_percent(Device d) const { return codec_percent(lib_->fn().jpg_utilization, d); }
+Reading<unsigned> Nvml::ofa_percent(Device d) const { return codec_percent(lib_->fn().ofa_utilization, d); }
+
+Reading<ViolationCounter> Nvml::violation(Device d, unsigned perf_policy) const {
+  auto r = read_scalar<abi::ViolationTime>(lib_->fn().violation_status, d, perf_policy);
+  if (!r) return Reading<ViolationCounter>::fail(r.status);
+  return Reading<ViolationCounter>::ok(ViolationCounter{r->referenceTime, r->violationTime});
+}
+
+Reading<unsigned> Nvml::retired_pages(Device d, unsigned cause) const {
+  auto fn = lib_->fn().retired_pages;
+  if (!fn) return Reading<unsigned>::fail(abi::kErrorFunctionNotFound);
+  // A zero-sized buffer asks for the count only; drivers answer Success or Insufficient Size with it.
+  unsigned count = 0;
+  abi::Return rc = fn(d, cause, &count, nullptr);
+  if (rc == abi::kSuccess || rc == abi::kErrorInsufficientSize) return Reading<unsigned>::ok(count);
+  return Reading<unsigned>::fail(rc);
+}
+
+Reading<bool> Nvml::retired_pages_pending(Device d) const {
+  auto r = read_scalar<unsigned>(lib_->fn().retired_pages_pending, d);
+  return r ? Reading<bool>::ok(*r != 0) : Reading<bool>::fail(r.status);
+}
+
+Reading<RemappedRows> Nvml::remapped_rows(Device d) const {
+  auto fn = lib_->fn().remapped_rows;
+  if (!fn) return Reading<RemappedRows>::fail(abi::kErrorFunctionNotFound);
+  unsigned corr = 0, unc = 0, pending = 0, failure = 0;
+  abi::Return rc = fn(d, &corr, &unc, &pending, &failure);
+  if (rc != abi::kSuccess) return Reading<RemappedRows>::fail(rc);
+  return Reading<RemappedRows>::ok(RemappedRows{corr, unc, pending != 0, failure != 0});
+}
+
+Reading<std::vector<ProcessUtilization>> Nvml::process_utilization(Device d, unsigned long long since_us) const {
+  using R = Reading<std::vector<ProcessUtilization>>;
+  auto fn = lib_->fn().process_utilization;
+  if (!fn) return R::fail(abi::kErrorFunctionNotFound);
+  unsigned count = 0;
+  abi::Return rc = fn(d, nullptr, &count, since_us);
+  if (rc == abi::kSuccess || rc == abi::kErrorNotFound) return R::ok({});  // Not Found: no sample in the window
+  for (int attempt = 0; attempt < 3 && rc == abi::kErrorInsufficientSize; ++attempt) {
+    unsigned capacity = count + 8;
+    std::vector<abi::ProcessUtilizationSample> buf(capacity);
+    count = capacity;
+    rc = fn(d, buf.data(), &count, since_us);
+    if (rc == abi::kErrorNotFound) return R::ok({});
+    if (rc != abi::kSuccess) continue;
+    std::vector<ProcessUtilization> out;  // the driver may keep several samples per process: newest wins
+    for (unsigned i = 0; i < count && i < capacity; ++i) {
+      const auto& s = buf[i];
+      auto same = std::find_if(out.begin(), out.end(), [&](const ProcessUtilization& p) { return p.pid == s.pid; });
+      if (same == out.end()) out.push_back({s.pid, s.timeStamp, s.smUtil, s.memUtil});
+      else if (s.timeStamp >= same->timestamp_us) *same = {s.pid, s.timeStamp, s.smUtil, s.memUtil};
+    }
+    return R::ok(std::move(out));
+  }
+  return R::fail(rc);
+}
 
 Reading<MemoryInfo> Nvml::bar1_memory(Device d) const {
   auto r = read_scalar<abi::BAR1Memory>(lib_->fn().bar1_memory, d);

@@ -48,6 +48,21 @@ struct GpuProcess {
   bool graphics = false;  // from the graphics list rather than the compute list
 };
 
+struct ProcessUtilization {
+  unsigned pid = 0;
+  unsigned long long timestamp_us = 0;
+  unsigned sm_percent = 0, memory_percent = 0;
+};
+
+struct ViolationCounter {  // running counters: a rate needs two readings
+  unsigned long long reference_us = 0, violation_ns = 0;
+};
+
+struct RemappedRows {
+  unsigned correctable = 0, uncorrectable = 0;
+  bool pending = false, failure = false;
+};
+
 class Nvml {
  public:
   using Device = abi::Device;
@@ -94,6 +109,15 @@ class Nvml {
   Reading<unsigned> encoder_percent(Device d) const;
   Reading<unsigned> decoder_percent(Device d) const;
   Reading<MemoryInfo> bar1_memory(Device d) const;
+  Reading<unsigned> jpg_percent(Device d) const;
+  Reading<unsigned> ofa_percent(Device d) const;
+  Reading<ViolationCounter> violation(Device d, unsigned perf_policy) const;
+  Reading<unsigned> retired_pages(Device d, unsigned cause) const;  // how many pages, not their addresses
+  Reading<bool> retired_pages_pending(Device d) const;
+  Reading<RemappedRows> remapped_rows(Device d) const;
+  // The newest sample per process taken after `since_us` (CPU microseconds; 0: all the driver keeps).
+  // Processes without a sample in that window are absent (NVML keeps only non-idle ones).
+  Reading<std::vector<ProcessUtilization>> process_utilization(Device d, unsigned long long since_us) const;
   Reading<std::vector<GpuProcess>> compute_processes(Device d) const;
   Reading<std::vector<GpuProcess>> graphics_processes(Device d) const;
 

@@ -136,6 +136,7 @@ int run_top(const TopOptions& o) {
     throw monitor::UsageError("top needs a terminal; for pipes and scripts use `gpumem --json` or `gpumem dmon`.");
   monitor::SamplerOptions so;
   so.ids = o.ids;
+  so.process_utilization = true;
   auto collector = std::make_unique<TopCollector>(monitor::Sampler(so), o.period, o.use_control);
   std::setlocale(LC_ALL, "");
   ScreenStyle style;

@@ -75,6 +75,7 @@ void Gatherer::gather(monitor::Sampler& sampler, TopData& next, const TopData* p
       row.pid = static_cast<int>(p.pid);
       row.type = p.compute && p.graphics ? "C+G" : p.graphics ? "G" : "C";
       row.gpu_bytes = p.used_bytes;
+      row.sm_percent = p.sm_percent;
       fill(row);
       row.kind = row.proc ? RowKind::kContext : RowKind::kGone;
       listed.insert({g.index, row.pid});

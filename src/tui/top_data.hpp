@@ -30,6 +30,7 @@ struct ProcRow {
   std::string type;  // "C", "G", "C+G", "-"
   std::optional<unsigned long long> gpu_bytes;
   std::optional<monitor::ProcInfo> proc;
+  std::optional<unsigned> sm_percent;         // NVML's per-process SM utilization, where it has one
   std::optional<double> cpu_percent;          // over the last period
   std::optional<double> age_s;                // since the process started
   // From the control channel, for gpumem processes only.

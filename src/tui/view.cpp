@@ -38,9 +38,10 @@ std::vector<const ProcRow*> visible_rows(const TopData& data, const ViewState& v
 namespace {
 // Display order; priority decides what a narrow screen drops.
 const std::vector<Column> kColumns = {
-    {"GPU", 3, 0, true},   {"PID", 7, 0, true},      {"USER", 9, 2, false},     {"T", 3, 6, false},
-    {"GPU-MEM", 7, 0, true}, {"ALLOC", 7, 1, true},  {"RESV", 7, 1, true},      {"PEAK", 7, 5, true},
-    {"R/A", 5, 7, true},   {"%CPU", 5, 3, true},     {"HOST", 6, 6, true},      {"TIME", 8, 4, true},
+    {"GPU", 3, 0, true},     {"PID", 7, 0, true},  {"USER", 9, 2, false}, {"T", 3, 6, false},
+    {"GPU-MEM", 7, 0, true}, {"%SM", 4, 3, true},  {"ALLOC", 7, 1, true}, {"RESV", 7, 1, true},
+    {"PEAK", 7, 5, true},    {"R/A", 5, 7, true},  {"%CPU", 5, 3, true},  {"HOST", 6, 6, true},
+    {"TIME", 8, 4, true},
     {"CONTAINER", 12, 8, false}, {"COMMAND", 0, 0, false},
 };
 constexpr int kMinCommand = 16;
@@ -117,6 +118,7 @@ std::string cell_text(const ProcRow& r, const Column& c) {
     std::snprintf(buf, sizeof buf, "%.2f", double(*r.reserved_bytes) / double(*r.alloc_bytes));
     return buf;
   }
+  if (t == "%SM") return r.sm_percent ? std::to_string(*r.sm_percent) : "-";
   if (t == "%CPU") {
     if (!r.cpu_percent) return "-";
     char buf[16];

@@ -34,6 +34,7 @@ Snapshot two_gpus() {
   a.power_watts = 412.345;
   a.total_energy_mj = 123456789;
   a.pcie_replays = 3;
+  a.last_xid = 79;
   GpuMetrics b;  // a GPU that supports almost nothing
   b.index = 1;
   b.uuid = "GPU-bbbb";
@@ -109,6 +110,10 @@ TEST(ExporterRender, DcgmNamesLabelsAndUnits) {
   EXPECT_EQ(m["DCGM_FI_DEV_POWER_USAGE{" + kGpu0 + "}"], "412.345");
   EXPECT_EQ(m["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{" + kGpu0 + "}"], "123456789");
   EXPECT_EQ(m["DCGM_FI_DEV_PCIE_REPLAY_COUNTER{" + kGpu0 + "}"], "3");
+  EXPECT_EQ(m["DCGM_FI_DEV_XID_ERRORS{" + kGpu0 + "}"], "79");
+  Snapshot none = two_gpus();
+  none.gpus[0].last_xid = 0;  // registered, no XID yet: 0, as dcgm-exporter shows it
+  EXPECT_EQ(samples(render_metrics(none, c, Format::kPrometheusText))["DCGM_FI_DEV_XID_ERRORS{" + kGpu0 + "}"], "0");
 }
 
 TEST(ExporterRender, UnsupportedFieldsAreLeftOutNotZero) {
@@ -117,6 +122,7 @@ TEST(ExporterRender, UnsupportedFieldsAreLeftOutNotZero) {
   EXPECT_EQ(text.find("DCGM_FI_DEV_FB_USED{gpu=\"1\""), std::string::npos);
   EXPECT_EQ(text.find("DCGM_FI_DEV_GPU_TEMP{gpu=\"1\""), std::string::npos);
   EXPECT_EQ(text.find(R"(DCGM_FI_DEV_POWER_USAGE{gpu="1")"), std::string::npos);
+  EXPECT_EQ(text.find(R"(DCGM_FI_DEV_XID_ERRORS{gpu="1")"), std::string::npos);  // no XID events on it
   // The lost GPU is still visible, as down.
   EXPECT_NE(text.find(R"(gpumem_gpu_up{gpu="1",UUID="GPU-bbbb",pci_bus_id="",device="nvidia1",Hostname="node-1"} 0)"),
             std::string::npos)

@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "exporter/server.hpp"
@@ -65,6 +67,39 @@ Sampler::CollectFn fake_nvml_collector() {
   CollectOptions o;
   o.dev_dir = "/nonexistent-dev";
   return nvml_collector(o);
+}
+
+// The last XID from NVML's event set: 0 before any, the XID once the driver reports one; the lost GPU,
+// which cannot register for events, has no series.
+TEST(ExporterServer, LastXidFromEvents) {
+  std::string text = kScenario;
+  std::string xid_file = testing::write_scenario("exporter-xid", "") + ".xid";
+  std::remove(xid_file.c_str());
+  text.replace(text.find("mtemp=na\n"), 9, "mtemp=na xid_file=" + xid_file + "\n");
+  testing::use_fake_nvml("current", testing::write_scenario("exporter-xid", text));
+  CollectOptions o;
+  o.dev_dir = "/nonexistent-dev";
+  Running r(nvml_collector(o));
+  r.wait_for_sample();
+  auto c = r.client();
+  const std::string gpu0 = "DCGM_FI_DEV_XID_ERRORS{gpu=\"0\",UUID=\"GPU-8f1c2e4a-1111-2222-3333-444455556666\"";
+  auto before = c.Get("/metrics");
+  ASSERT_TRUE(before);
+  size_t at = before->body.find(gpu0);
+  ASSERT_NE(at, std::string::npos) << before->body;
+  EXPECT_EQ(before->body.substr(before->body.find('}', at), 4), "} 0\n");
+  EXPECT_EQ(before->body.find("DCGM_FI_DEV_XID_ERRORS{gpu=\"1\""), std::string::npos);
+  std::ofstream(xid_file) << "79\n";
+  std::string body;
+  for (int i = 0; i < 200; ++i) {  // the next background sample drains the event
+    auto res = c.Get("/metrics");
+    ASSERT_TRUE(res);
+    body = res->body;
+    at = body.find(gpu0);
+    if (at != std::string::npos && body.substr(body.find('}', at), 5) == "} 79\n") break;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(body.substr(body.find('}', body.find(gpu0)), 5), "} 79\n") << body;
 }
 
 size_t open_fds() {

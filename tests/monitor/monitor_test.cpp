@@ -106,6 +106,11 @@ TEST(DmonParse, MetricGroups) {
   EXPECT_EQ(dmon_header(parse_dmon_metrics("u")), "# gpu     sm    mem    enc    dec \n# Idx      %      %      %      % \n");
   EXPECT_EQ(dmon_header(parse_dmon_metrics("me")),
             "# gpu     fb   bar1  sbecc  dbecc    pci \n# Idx     MB     MB   errs   errs   errs \n");
+  // v after c, as nvidia-smi orders its groups; jpg/ofa follow dec where the driver has them.
+  EXPECT_EQ(dmon_header(parse_dmon_metrics("vc")), "# gpu   mclk   pclk  pviol  tviol \n# Idx    MHz    MHz      %   bool \n");
+  auto engines = parse_dmon_metrics("u");
+  engines.jpg_ofa = true;
+  EXPECT_EQ(dmon_header(engines), "# gpu     sm    mem    enc    dec    jpg    ofa \n# Idx      %      %      %      %      %      % \n");
 }
 
 TEST(Common, Helpers) {

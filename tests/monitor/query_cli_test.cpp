@@ -153,6 +153,15 @@ TEST(DmonCli, Golden) {
   EXPECT_EQ(bad.status, 2);
 }
 
+TEST(DmonCli, ViolationsAndEngines) {
+  // pviol: share of the time since the previous reading (the double caps GPU 0 half the time).
+  auto v = run_ok({"dmon", "-c", "2", "-d", "0.01", "-s", "uv"}, fake_env("health.txt"));
+  expect_golden("dmon_violations.txt", v.out);
+  // A driver without nvmlDeviceGetJpgUtilization: nvidia-smi of that driver has no jpg/ofa columns.
+  auto old = run_ok({"dmon", "-c", "1", "-s", "u", "-i", "0"}, fake_env("health.txt", "old"));
+  EXPECT_EQ(old.out.substr(0, old.out.find('\n')), "# gpu     sm    mem    enc    dec ");
+}
+
 TEST(DmonCli, StopsOnSigint) {
   // Interrupted once three samples are out (30 s ceiling: sanitizer builds start slowly).
   auto lines = [](const std::string& out) { return std::count(out.begin(), out.end(), '\n') >= 2 + 3 * 2; };
@@ -193,4 +202,14 @@ TEST(QueryCli, NvidiaSmiRemainingFieldsFormattedAsItDoes) {
                    "--format=csv"},
                   fake_env("two_gpus.txt"));
   expect_golden("query_nvidia_smi_fields.txt", r.out);
+}
+
+TEST(QueryCli, RetiredPages) {
+  auto r = run_ok({"query", "--query-gpu=index,retired_pages.sbe,retired_pages.double_bit.count,retired_pages.pending",
+                   "--format=csv"},
+                  fake_env("health.txt"));
+  expect_golden("query_retired_pages.txt", r.out);
+  auto j = run_ok({"query", "--query-gpu=retired_pages.single_bit_ecc.count,retired_pages.pending", "--format=json", "-i", "0"},
+                  fake_env("health.txt"));
+  EXPECT_EQ(j.out, "[{\"retired_pages.single_bit_ecc.count\":2,\"retired_pages.pending\":\"Yes\"}]\n");
 }

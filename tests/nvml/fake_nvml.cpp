@@ -9,6 +9,7 @@
 //   proc gpu=0 pid=1234 used_mib=400 type=compute|graphics name=python3
 // Built three times: the current driver ABI, an old driver (-DFAKE_NVML_OLD_DRIVER: no _v2/_v3 entry
 // points) and the driver whose _v3 process records carry usedGpuCcProtectedMemory (-DFAKE_NVML_CC_V3).
+// Health and event entry points (violations, retired pages, XID events...) are in fake_nvml_health.cpp.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -22,31 +23,9 @@
 #include <thread>
 #include <vector>
 
-#include "nvml/abi.hpp"
+#include "fake_nvml.hpp"
 
-namespace abi = gpumem::nvml::abi;
-
-namespace {
-
-using Kv = std::map<std::string, std::string>;
-
-struct Gpu {
-  Kv kv;
-};
-struct Proc {
-  unsigned gpu = 0, pid = 0;
-  unsigned long long used = 0;
-  bool used_na = false, graphics = false;
-  std::string name;
-};
-struct Scenario {
-  std::string driver = "550.54.15";
-  std::string cuda = "12040";
-  int init_error = 0;
-  bool insufficient_once = false;
-  std::vector<Gpu> gpus;
-  std::vector<Proc> procs;
-};
+namespace fake_nvml {
 
 Scenario g_scenario;
 
@@ -113,6 +92,7 @@ void load_scenario() {
       if (!p.used_na && !kv["used_mib"].empty()) p.used = std::stoull(kv["used_mib"]) << 20;
       p.graphics = kv["type"] == "graphics";
       p.name = kv["name"];
+      p.kv = kv;
       g_scenario.procs.push_back(p);
     }
   }
@@ -146,15 +126,6 @@ abi::Return value(abi::Device d, const std::string& key, unsigned long long* out
   if (v == "error") return abi::kErrorUnknown;
   *out = std::stoull(v);
   return abi::kSuccess;
-}
-
-template <class T>
-abi::Return value_as(abi::Device d, const std::string& key, T* out, const char* fallback) {
-  if (!out) return abi::kErrorInvalidArgument;
-  unsigned long long v = 0;
-  abi::Return rc = value(d, key, &v, fallback);
-  if (rc == abi::kSuccess) *out = static_cast<T>(v);
-  return rc;
 }
 
 abi::Return string_value(abi::Device d, const std::string& key, char* buf, unsigned len, const std::string& fallback) {
@@ -207,9 +178,9 @@ abi::Return list_processes(abi::Device d, unsigned* count, void* out, bool graph
   return abi::kSuccess;
 }
 
-}  // namespace
+}  // namespace fake_nvml
 
-#define EXPORT extern "C" __attribute__((visibility("default")))
+using namespace fake_nvml;
 
 // Test controls (not NVML): hold PCIe throughput calls until released, to prove nothing waits on them.
 EXPORT void gpumem_fake_nvml_block_pcie(int blocked) {

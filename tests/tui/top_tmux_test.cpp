@@ -51,7 +51,7 @@ struct Fixture {
       text += "gpu name=\"NVIDIA H100 80GB HBM3\" total_mib=81559 reserved_mib=512 used_mib=" +
               std::to_string(20480 - i * 1000) + " util_gpu=" + std::to_string(97 - i) + " temp=61 power_mw=412345\n";
     text += "gpu name=\"NVIDIA H100 80GB HBM3\" lost=1\n" + extra;
-    text += "proc gpu=0 pid=" + std::to_string(big) + " used_mib=12288\n";
+    text += "proc gpu=0 pid=" + std::to_string(big) + " used_mib=12288 sm=87\n";
     text += "proc gpu=1 pid=" + std::to_string(small) + " used_mib=4096\n";
     text += "proc gpu=0 pid=999999 used_mib=800\n";
     scenario = write_scenario(name, text);

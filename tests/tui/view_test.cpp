@@ -1,13 +1,15 @@
 // The terminal-free parts of `gpumem top`: column fitting, sorting and filtering, short formats.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "tui/view.hpp"
 
 using namespace gpumem::tui;
 
 TEST(TopView, NarrowScreensDropLowPriorityColumnsKeepCommand) {
   auto wide = fit_columns(200), narrow = fit_columns(80);
-  EXPECT_EQ(wide.size(), 14u);
+  EXPECT_EQ(wide.size(), 15u);
   EXPECT_LT(narrow.size(), wide.size());
   int used = 0;
   for (const auto& c : narrow) used += c.width + 1;
@@ -56,4 +58,16 @@ TEST(TopView, ShortFormats) {
   ProcRow gone;
   gone.kind = RowKind::kGone;
   EXPECT_NE(command_of(gone).find("gone"), std::string::npos);
+}
+
+TEST(TopView, SmColumnWhereNvmlHasIt) {
+  auto wide = fit_columns(200);
+  auto sm = std::find_if(wide.begin(), wide.end(), [](const Column& c) { return std::string(c.title) == "%SM"; });
+  ASSERT_NE(sm, wide.end());
+  ProcRow r;
+  EXPECT_EQ(cell_text(r, *sm), "-");  // the driver has no per-process utilization
+  r.sm_percent = 0;
+  EXPECT_EQ(cell_text(r, *sm), "0");
+  r.sm_percent = 87;
+  EXPECT_EQ(cell_text(r, *sm), "87");
 }
