@@ -5,7 +5,8 @@
 #     nvidia-smi prints them) and, on an idle GPU, the same violation values (pviol within 5 points).
 #  3. `gpumem top`'s %SM for a busy PyTorch process against `nvidia-smi pmon -s u` (needs tmux and torch;
 #     skipped otherwise), within 20 points.
-#  4. `gpumem exporter --once`: DCGM_FI_DEV_XID_ERRORS on every GPU that supports XID events, 0 without an XID.
+#  4. `gpumem exporter --once`: DCGM_FI_DEV_XID_ERRORS on every GPU that supports XID events, 0 without an XID;
+#     DCGM_FI_DEV_{CORRECTABLE,UNCORRECTABLE}_REMAPPED_ROWS equal to `nvidia-smi --query-remapped-rows`.
 # Prints PASS/FAIL/SKIP lines; exit 1 when any check fails.
 # Usage: scripts/gpu-check-health.sh [path/to/gpumem]   (default: build/gpumem)
 set -uo pipefail
@@ -42,7 +43,7 @@ smi=$(nvidia-smi dmon -c 1 -s v 2>&1 | grep -v '^#' | squash)
 ours=$("$BIN" dmon -c 1 -s v 2>&1 | grep -v '^#' | squash)
 echo "  nvidia-smi dmon -s v: $smi"
 echo "  gpumem dmon -s v:     $ours"
-if paste <(echo "$smi") <(echo "$ours") | awk '{ if ($1 != $4 || ($2 != "-" && ($2 - $5 > 5 || $5 - $2 > 5)) || $3 != $6) bad = 1 } END { exit bad }'; then
+if paste <(echo "$smi") <(echo "$ours") | awk '{ if ($1 != $4 || ($2 == "-") != ($5 == "-") || $2 - $5 > 5 || $5 - $2 > 5 || $3 != $6) bad = 1 } END { exit bad }'; then
   pass "dmon -s v values (pviol within 5 points, tviol equal)"
 else fail "dmon -s v values"; fi
 
@@ -77,6 +78,22 @@ echo "$metrics" | grep '^DCGM_FI_DEV_XID_ERRORS' | head -8
 if (( n_xid == n_gpu && zeros == n_gpu )); then pass "exporter XID series on $n_xid/$n_gpu GPUs, value 0"
 elif (( n_xid == n_gpu )); then fail "exporter XID nonzero on a GPU (check dmesg for NVRM: Xid; if one happened since boot this may be right)"
 else fail "exporter XID series on $n_xid of $n_gpu GPUs"; fi
+
+remap=$(nvidia-smi --query-remapped-rows=gpu_bus_id,remapped_rows.correctable,remapped_rows.uncorrectable --format=csv,noheader 2>&1)
+if [[ $? -ne 0 || "$remap" == *"Not Supported"* || -z "$remap" ]]; then
+  skip "remapped rows (nvidia-smi: ${remap:-no output})"
+  echo "$metrics" | grep -E '^DCGM_FI_DEV_(UN)?CORRECTABLE_REMAPPED_ROWS' | head -4
+else
+  ok=1
+  while IFS=', ' read -r bus corr unc; do
+    bus=$(echo "$bus" | tr -d ' ')
+    ours_c=$(echo "$metrics" | grep "^DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS{" | grep -i "pci_bus_id=\"$bus\"" | awk '{print $NF}')
+    ours_u=$(echo "$metrics" | grep "^DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS{" | grep -i "pci_bus_id=\"$bus\"" | awk '{print $NF}')
+    echo "  $bus: nvidia-smi correctable=$corr uncorrectable=$unc; exporter $ours_c / $ours_u"
+    [[ "$corr" == "$ours_c" && "$unc" == "$ours_u" ]] || ok=0
+  done <<< "$remap"
+  (( ok )) && pass "exporter remapped rows equal nvidia-smi --query-remapped-rows" || fail "exporter remapped rows"
+fi
 
 echo "gpu-check-health: $FAILS failure(s)"
 (( FAILS == 0 ))

@@ -43,6 +43,9 @@ struct GpuSample {
   std::optional<unsigned> power_violation_percent;
   std::optional<bool> thermal_violation;
   std::optional<unsigned long long> last_xid;  // only with SamplerOptions::xid: 0 until an XID arrives
+  // Only with SamplerOptions::remapped_rows (Ampere and newer): rows remapped since manufacture.
+  std::optional<unsigned> remapped_rows_correctable, remapped_rows_uncorrectable;
+  std::optional<bool> row_remap_failure;
   std::optional<unsigned long long> bar1_used;
   std::optional<unsigned long long> ecc_corrected, ecc_uncorrected;  // volatile counts
   std::optional<std::vector<ProcessSample>> processes;  // absent: the process list could not be read
@@ -62,6 +65,7 @@ struct SamplerOptions {
   bool process_utilization = false;  // %SM per process (one more NVML call per GPU)
   bool violations = false;           // power/thermal violation rates (two calls per GPU, rates from the previous sample)
   bool xid = false;                  // register for XID events once and poll them at each sample
+  bool remapped_rows = false;        // read the row remapper's counters
 };
 
 class Sampler {

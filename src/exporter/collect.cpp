@@ -38,6 +38,9 @@ GpuMetrics gpu_metrics(const monitor::GpuSample& g) {
   m.total_energy_mj = g.energy_mj;
   m.pcie_replays = g.pcie_replays;
   m.last_xid = g.last_xid;
+  m.remapped_rows_correctable = g.remapped_rows_correctable;
+  m.remapped_rows_uncorrectable = g.remapped_rows_uncorrectable;
+  if (g.row_remap_failure) m.row_remap_failure = *g.row_remap_failure ? 1 : 0;
   return m;
 }
 
@@ -161,6 +164,7 @@ Snapshot Collector::collect() {
       monitor::SamplerOptions o;
       o.processes = options_.processes;
       o.xid = true;  // registered once here; each sample only drains what arrived
+      o.remapped_rows = true;
       sampler_.emplace(o);
     } catch (const std::exception& e) {  // NVML missing or failing, or no GPU: tried again next sample
       nvml_error = e.what();

@@ -67,6 +67,12 @@ void render_dcgm(ExpositionWriter& w, const std::vector<GpuRow>& rows) {
                   "Total energy consumption since boot (in mJ).", [](const GpuMetrics& g) { return g.total_energy_mj; });
   gpu_family<ULL>(w, rows, "DCGM_FI_DEV_XID_ERRORS", Type::kGauge, "Value of the last XID error encountered.",
                   [](const GpuMetrics& g) { return g.last_xid; });
+  gpu_family<ULL>(w, rows, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", Type::kCounter,
+                  "Number of remapped rows for uncorrectable errors", [](const GpuMetrics& g) { return g.remapped_rows_uncorrectable; });
+  gpu_family<ULL>(w, rows, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", Type::kCounter,
+                  "Number of remapped rows for correctable errors", [](const GpuMetrics& g) { return g.remapped_rows_correctable; });
+  gpu_family<ULL>(w, rows, "DCGM_FI_DEV_ROW_REMAP_FAILURE", Type::kGauge, "Whether remapping of rows has failed",
+                  [](const GpuMetrics& g) { return g.row_remap_failure; });
   gpu_family<ULL>(w, rows, "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", Type::kCounter, "Total number of PCIe retries.",
                   [](const GpuMetrics& g) { return g.pcie_replays; });
 }

@@ -23,6 +23,8 @@ struct GpuMetrics {
   std::optional<unsigned long long> total_energy_mj;
   std::optional<unsigned long long> pcie_replays;
   std::optional<unsigned long long> last_xid;  // 0 until an XID arrives; absent without XID events
+  std::optional<unsigned long long> remapped_rows_correctable, remapped_rows_uncorrectable;
+  std::optional<unsigned long long> row_remap_failure;  // 1: the remapper ran out of spare rows
 };
 
 enum class ProcessKind {

@@ -28,7 +28,10 @@ nlohmann::ordered_json snapshot_json(const Snapshot& s) {
                          {"clock_sm_mhz", opt(g.sm_clock_mhz)}, {"clock_memory_mhz", opt(g.mem_clock_mhz)},
                          {"temperature_gpu_c", opt(g.gpu_temp_c)}, {"temperature_memory_c", opt(g.memory_temp_c)},
                          {"power_w", opt(g.power_watts)}, {"energy_mj", opt(g.total_energy_mj)},
-                         {"pcie_replays", opt(g.pcie_replays)}, {"last_xid", opt(g.last_xid)}});
+                         {"pcie_replays", opt(g.pcie_replays)}, {"last_xid", opt(g.last_xid)},
+                         {"remapped_rows_correctable", opt(g.remapped_rows_correctable)},
+                         {"remapped_rows_uncorrectable", opt(g.remapped_rows_uncorrectable)},
+                         {"row_remap_failure", opt(g.row_remap_failure)}});
   }
   j["processes"] = nlohmann::ordered_json::array();
   for (const ProcessMetrics& p : s.processes) {

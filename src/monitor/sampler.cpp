@@ -198,6 +198,13 @@ SampleSet Sampler::sample() {
     if (s.error.empty() && m.options.violations) read_violations(nvml, ref.device, m, i, s);
     if (s.error.empty() && m.options.process_utilization) read_process_utilization(nvml, ref.device, m.proc_util_seen_us[i], s);
     if (m.xid) s.last_xid = m.xid->last_xid(i);
+    if (s.error.empty() && m.options.remapped_rows) {
+      if (auto rows = nvml.remapped_rows(ref.device)) {
+        s.remapped_rows_correctable = rows->correctable;
+        s.remapped_rows_uncorrectable = rows->uncorrectable;
+        s.row_remap_failure = rows->failure;
+      }
+    }
     if (m.pcie) {
       nvml::PcieRate r = m.pcie->latest(i);
       s.pcie_rx_kbps = r.rx_kbps;

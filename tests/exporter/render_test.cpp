@@ -35,6 +35,9 @@ Snapshot two_gpus() {
   a.total_energy_mj = 123456789;
   a.pcie_replays = 3;
   a.last_xid = 79;
+  a.remapped_rows_correctable = 4;
+  a.remapped_rows_uncorrectable = 1;
+  a.row_remap_failure = 0;
   GpuMetrics b;  // a GPU that supports almost nothing
   b.index = 1;
   b.uuid = "GPU-bbbb";
@@ -111,6 +114,9 @@ TEST(ExporterRender, DcgmNamesLabelsAndUnits) {
   EXPECT_EQ(m["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{" + kGpu0 + "}"], "123456789");
   EXPECT_EQ(m["DCGM_FI_DEV_PCIE_REPLAY_COUNTER{" + kGpu0 + "}"], "3");
   EXPECT_EQ(m["DCGM_FI_DEV_XID_ERRORS{" + kGpu0 + "}"], "79");
+  EXPECT_EQ(m["DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS{" + kGpu0 + "}"], "4");
+  EXPECT_EQ(m["DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS{" + kGpu0 + "}"], "1");
+  EXPECT_EQ(m["DCGM_FI_DEV_ROW_REMAP_FAILURE{" + kGpu0 + "}"], "0");
   Snapshot none = two_gpus();
   none.gpus[0].last_xid = 0;  // registered, no XID yet: 0, as dcgm-exporter shows it
   EXPECT_EQ(samples(render_metrics(none, c, Format::kPrometheusText))["DCGM_FI_DEV_XID_ERRORS{" + kGpu0 + "}"], "0");

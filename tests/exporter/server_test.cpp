@@ -89,6 +89,7 @@ TEST(ExporterServer, LastXidFromEvents) {
   ASSERT_NE(at, std::string::npos) << before->body;
   EXPECT_EQ(before->body.substr(before->body.find('}', at), 4), "} 0\n");
   EXPECT_EQ(before->body.find("DCGM_FI_DEV_XID_ERRORS{gpu=\"1\""), std::string::npos);
+  EXPECT_NE(before->body.find("\nDCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS{gpu=\"0\""), std::string::npos);
   std::ofstream(xid_file) << "79\n";
   std::string body;
   for (int i = 0; i < 200; ++i) {  // the next background sample drains the event

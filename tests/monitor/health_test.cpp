@@ -1,6 +1,6 @@
 // Health readings of the monitor Sampler against the NVML test double: power/thermal violation rates
 // between samples, JPEG/OFA utilization, %SM per process (newest sample wins, idle processes 0), the
-// last XID from an event set polled without blocking, and an old driver without those entry points.
+// last XID from an event set polled without blocking, remapped rows, and an old driver without those entry points.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
@@ -20,6 +20,7 @@ SamplerOptions all_health() {
   o.process_utilization = true;
   o.violations = true;
   o.xid = true;
+  o.remapped_rows = true;
   return o;
 }
 
@@ -43,6 +44,9 @@ TEST(HealthSampler, ViolationsEnginesProcessUtilizationAndXid) {
   EXPECT_EQ(a.jpg_percent, 3u);
   EXPECT_FALSE(a.ofa_percent);
   EXPECT_EQ(a.last_xid, 79ull);
+  EXPECT_EQ(a.remapped_rows_correctable, 3u);
+  EXPECT_EQ(a.remapped_rows_uncorrectable, 1u);
+  EXPECT_EQ(a.row_remap_failure, false);
   ASSERT_TRUE(a.processes);
   EXPECT_EQ(process(a, 4242)->sm_percent, 42u);  // the newest of its two samples
   EXPECT_EQ(process(a, 4343)->sm_percent, 0u);   // no sample: idle
@@ -52,6 +56,7 @@ TEST(HealthSampler, ViolationsEnginesProcessUtilizationAndXid) {
   EXPECT_FALSE(b.thermal_violation);
   EXPECT_FALSE(b.jpg_percent);
   EXPECT_FALSE(b.last_xid);  // cannot register for events: left out, not 0
+  EXPECT_FALSE(b.remapped_rows_correctable);
   ASSERT_TRUE(b.processes);
   EXPECT_FALSE(process(b, 4444)->sm_percent);
   EXPECT_FALSE(set.gpus[2].last_xid);
@@ -90,5 +95,6 @@ TEST(HealthSampler, OldDriverWithoutTheEntryPointsStillSamples) {
   EXPECT_FALSE(a.jpg_percent);
   EXPECT_FALSE(a.ofa_percent);
   EXPECT_FALSE(a.last_xid);  // no event entry points
+  EXPECT_FALSE(a.remapped_rows_correctable);  // nor the row remapper's
   EXPECT_EQ(a.power_violation_percent, 50u);  // violations are an old entry point
 }
