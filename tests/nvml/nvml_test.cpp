@@ -141,6 +141,26 @@ TEST(NvmlLibrary, MemoryTemperatureThroughFieldValues) {
 
 // A blocked PCIe call must not hold up anything else: while the double holds every throughput call,
 // other reads and latest() still answer.
+TEST(NvmlLibrary, HealthEntryPointsAreOptional) {
+  auto nvml = open_fake("current", "gpu retired_sbe=2 retired_dbe=na remap_corr=5\ngpu lost=1\n");
+  const Functions& f = nvml->library().fn();
+  EXPECT_TRUE(f.jpg_utilization && f.ofa_utilization && f.remapped_rows && f.event_set_wait && f.process_utilization);
+  auto d0 = *nvml->device(0);
+  EXPECT_EQ(nvml->retired_pages(d0, gpumem::nvml::abi::kRetiredMultipleSbe).value, 2u);  // the count-only call
+  EXPECT_TRUE(nvml->retired_pages(d0, gpumem::nvml::abi::kRetiredDbe).not_supported());
+  EXPECT_EQ(nvml->retired_pages_pending(d0).value, false);
+  ASSERT_TRUE(nvml->remapped_rows(d0));
+  EXPECT_EQ(nvml->remapped_rows(d0)->correctable, 5u);
+  EXPECT_TRUE(nvml->process_utilization(d0, 0)->empty());  // no samples: Not Found is an empty list
+  EXPECT_EQ(nvml->violation(*nvml->device(1), gpumem::nvml::abi::kPerfPolicyPower).status, gpumem::nvml::abi::kErrorGpuIsLost);
+  // An old driver: the newer entry points are absent and read as not supported, nothing else breaks.
+  auto old = open_fake("old", "gpu jpg=5\n");
+  const Functions& g = old->library().fn();
+  EXPECT_FALSE(g.jpg_utilization || g.ofa_utilization || g.remapped_rows || g.event_set_create || g.event_set_wait);
+  EXPECT_TRUE(old->jpg_percent(*old->device(0)).not_supported());
+  EXPECT_TRUE(old->remapped_rows(*old->device(0)).not_supported());
+}
+
 TEST(PcieSampler, BlockedThroughputCallsDelayNothing) {
   auto nvml = open_fake("current", "gpu pcie_rx=2048 pcie_tx=1024\n");
   void* h = dlopen(gpumem::testing::fake_nvml_path("current").c_str(), RTLD_NOW | RTLD_NOLOAD);
