@@ -39,6 +39,10 @@ deb: deps
 	@cmake --build $(BUILD) -j $(JOBS) --target gpumem gpumem_shared
 	cd $(BUILD) && cpack -G DEB
 
+wheel: deps
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target wheel
+
 bench: build
 	bash scripts/bench.sh
 
