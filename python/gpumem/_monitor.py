@@ -1,6 +1,6 @@
 """gpus(), processes(), watch(): GPU and process samples read by the gpumem binary (the monitor Sampler over
 NVML, /proc and the control channel), through its JSON: `gpumem query --format json` for the GPU fields,
-`gpumem ps --json` for the processes. Fields a GPU does not support are None. A machine without a driver or
+`gpumem ps --json` for the processes, `gpumem stats --all --json` for what gpumem processes allocated. Fields a GPU does not support are None. A machine without a driver or
 NVML raises NoDriverError (the binary's exit code 4); any other failure GpumemError with its sentence."""
 import json
 import subprocess
@@ -41,6 +41,10 @@ class Process:
     command: Optional[str] = None
     container: Optional[str] = None
     kind: Optional[str] = None  # "compute", "graphics", "gone", ... as `gpumem ps` says
+    # Processes running on gpumem's allocator (gpumem run), through the control channel; else None.
+    allocated: Optional[int] = None
+    reserved: Optional[int] = None
+    peak_allocated: Optional[int] = None
 
 
 @dataclass
@@ -65,14 +69,14 @@ class GPU:
     processes: List[Process] = field(default_factory=list)
 
 
-def _run_json(*args):
+def _run_json(*args, accept=(0,)):
     try:
         r = subprocess.run([_binary.path(), *args], capture_output=True, text=True, timeout=60)
     except OSError as e:
         raise GpumemError(f"gpumem: cannot run {_binary.path()}: {e.strerror}") from None
     if r.returncode == 4:
         raise NoDriverError(r.stderr.strip() or "gpumem: no GPU driver or NVML")
-    if r.returncode != 0:
+    if r.returncode not in accept:
         raise GpumemError(r.stderr.strip() or f"gpumem {args[0]} failed with exit code {r.returncode}")
     return json.loads(r.stdout)
 
@@ -81,11 +85,40 @@ def _scaled(value, scale):
     return value * scale if value is not None and scale else value
 
 
-def processes():
-    """Every process using a GPU (`gpumem ps`): pid, gpu, used_memory (bytes), user, command, container."""
-    return [Process(pid=p.get("pid"), gpu=p.get("gpu"), used_memory=p.get("used_memory_bytes"), user=p.get("user"),
-                    command=p.get("command"), container=p.get("container"), kind=p.get("kind"))
-            for p in _run_json("ps", "--json").get("processes", [])]
+def processes(with_allocators=False):
+    """Every process using a GPU (`gpumem ps`): pid, gpu, used_memory (bytes), user, command, container;
+    with_allocators=True adds allocated / reserved / peak_allocated of processes on gpumem's allocator."""
+    procs = [Process(pid=p.get("pid"), gpu=p.get("gpu"), used_memory=p.get("used_memory_bytes"), user=p.get("user"),
+                     command=p.get("command"), container=p.get("container"), kind=p.get("kind"))
+             for p in _run_json("ps", "--json").get("processes", [])]
+    if with_allocators:
+        _add_allocator_stats(procs)
+    return procs
+
+
+def _allocator_stats():
+    """{pid: [device stats]} of the gpumem processes this user may ask (5: some did not answer)."""
+    try:
+        stats = _run_json("stats", "--all", "--json", accept=(0, 5))
+    except (GpumemError, ValueError):  # the processes' numbers are extras: the GPU sample stands without them
+        return {}
+    return {s["pid"]: s.get("devices", []) for s in stats if isinstance(s, dict) and "pid" in s}
+
+
+def _add_allocator_stats(procs):
+    stats = _allocator_stats()
+    gpus_of = {}
+    for p in procs:
+        gpus_of.setdefault(p.pid, []).append(p)
+    for pid, devices in stats.items():
+        for p in gpus_of.get(pid, []):
+            # gpumem numbers devices as CUDA does in that process; with one device each, they are the same GPU.
+            match = devices if len(devices) == 1 and len(gpus_of[pid]) == 1 else \
+                [d for d in devices if d.get("device") == p.gpu]
+            if match:
+                p.allocated = match[0].get("allocated_bytes")
+                p.reserved = match[0].get("reserved_bytes")
+                p.peak_allocated = match[0].get("allocated_peak_bytes")
 
 
 def gpus(with_processes=True):
@@ -97,7 +130,9 @@ def gpus(with_processes=True):
         result.append(GPU(**values))
     if with_processes and result:
         by_index = {g.index: g for g in result}
-        for p in processes():
+        procs = processes()
+        _add_allocator_stats(procs)
+        for p in procs:
             if p.gpu in by_index:
                 by_index[p.gpu].processes.append(p)
     return result

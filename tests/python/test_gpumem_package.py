@@ -6,6 +6,7 @@ Needs GPUMEM_BUILD_DIR (the gpumem binary, libgpumem.so, gpumem_torch.py, fake_n
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 import unittest
 
@@ -66,6 +67,33 @@ class Monitoring(unittest.TestCase):
         samples = list(gpumem.watch(0.05, count=3, with_processes=False))
         self.assertEqual(len(samples), 3)
         self.assertTrue(all(s[0].memory_used == 20480 << 20 for s in samples))
+
+    def test_gpumem_processes_carry_their_allocators_numbers(self):
+        # A real process on gpumem's allocator (host backend) that the NVML double lists on GPU 0.
+        with tempfile.TemporaryDirectory() as d:
+            env = dict(os.environ, GPUMEM_BACKEND="host", GPUMEM_LIBRARY=os.path.join(BUILD, "libgpumem.so"),
+                       GPUMEM_CONTROL_DIR=d, PYTHONPATH=BUILD)
+            child = subprocess.Popen([sys.executable, "-c", "import gpumem_torch, sys\n"
+                                      "p = gpumem_torch.allocate(5 << 20); print('ready', flush=True); sys.stdin.read()"],
+                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            try:
+                self.assertEqual(child.stdout.readline().strip(), "ready")
+                scenario = os.path.join(d, "scenario.txt")
+                with open(os.path.join(SCENARIOS, "two_gpus.txt")) as f, open(scenario, "w") as out:
+                    out.write(f.read() + f"proc gpu=0 pid={child.pid} used_mib=6 name=python3\n")
+                os.environ.update(GPUMEM_FAKE_NVML_SCENARIO=scenario, GPUMEM_CONTROL_DIR=d)
+                ours = [p for p in gpumem.gpus()[0].processes if p.pid == child.pid]
+                self.assertEqual(len(ours), 1, gpumem.gpus()[0].processes)
+                self.assertEqual((ours[0].allocated, ours[0].peak_allocated), (5 << 20, 5 << 20))
+                self.assertGreaterEqual(ours[0].reserved, 5 << 20)
+                others = [p for p in gpumem.gpus()[0].processes if p.pid != child.pid]
+                self.assertTrue(all(p.allocated is None for p in others))
+                self.assertEqual([p.allocated for p in gpumem.processes(with_allocators=True)
+                                  if p.pid == child.pid], [5 << 20])
+            finally:
+                child.stdin.close()
+                child.wait(timeout=30)
+                child.stdout.close()
 
     def test_no_driver_is_its_own_error(self):
         os.environ["GPUMEM_NVML_LIBRARY"] = "/nonexistent/libnvidia-ml.so.1"
