@@ -1,15 +1,27 @@
 #!/usr/bin/env bash
-# `cmake --install` of the existing build into a temporary prefix, then used as an outside project would:
-# a C++ program built with find_package(gpumem) and with pkg-config runs on the host backend; the
-# installed `gpumem run` finds libgpumem.so and the shim in the installed layout; the .deb's Depends name
-# at least the glibc / libstdc++ versions the binaries' symbols need. Usage: install_test.sh BUILD_DIR SRC_DIR
+# The existing build installed into a temporary prefix (install: `cmake --install`; deb: the .deb of
+# `make deb`, built with cpack and unpacked with dpkg-deb -x), then used as an outside project would: a C++
+# program built with find_package(gpumem) and with pkg-config runs on the host backend; the installed
+# `gpumem run` finds libgpumem.so and the shim in the installed layout; the .deb's Depends name the glibc /
+# libstdc++ versions the binaries' symbols need. Usage: install_test.sh BUILD_DIR SRC_DIR [install|deb]
 set -euo pipefail
-build=$(realpath "$1") src=$(realpath "$2")
+build=$(realpath "$1") src=$(realpath "$2") mode=${3:-install}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL $*" >&2; exit 1; }
 
-cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
+if [[ $mode == deb ]]; then
+  (cd "$build" && cpack -G DEB -B "$tmp/deb" >/dev/null) || fail "cpack -G DEB"
+  deb=$(ls "$tmp"/deb/gpumem_*_amd64.deb) || fail "cpack wrote no .deb"
+  control=$(dpkg-deb -f "$deb" Depends)
+  glibc=$(objdump -T "$build/gpumem" "$build/libgpumem.so" | grep -o 'GLIBC_2\.[0-9]*' | sort -uV | tail -1)
+  [[ $control == *"libc6 (>= ${glibc#GLIBC_})"* ]] || fail ".deb Depends ($control) do not say libc6 >= ${glibc#GLIBC_}"
+  for pkg in libstdc++6 zlib1g libncursesw6 libtinfo6; do [[ $control == *"$pkg"* ]] || fail ".deb lacks $pkg"; done
+  dpkg-deb -x "$deb" "$tmp/root"
+  mv "$tmp/root/usr" "$tmp/prefix"
+else
+  cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
+fi
 for f in bin/gpumem lib/libgpumem.so include/gpumem/gpumem.h share/gpumem/python/gpumem_torch.py \
          share/gpumem/python/gpumem_sitecustomize.py lib/cmake/gpumem/gpumemConfig.cmake lib/pkgconfig/gpumem.pc; do
   [[ -f $tmp/prefix/$f ]] || fail "cmake --install left out $f"
@@ -48,4 +60,4 @@ need=$(objdump -T "$prefix/bin/gpumem" "$prefix/lib/libgpumem.so" | grep -o 'GLI
 [[ "GLIBC_$deps" == "$need" ]] || fail "packaging/deb.cmake says libc6 >= $deps, the binaries need $need"
 cxxneed=$(objdump -T "$prefix/bin/gpumem" "$prefix/lib/libgpumem.so" | grep -o 'GLIBCXX_3\.4\.[0-9]*' | sort -uV | tail -1)
 [[ $(printf "%s\n" "$cxxneed" GLIBCXX_3.4.29 | sort -V | tail -1) == GLIBCXX_3.4.29 ]] || fail "libstdc++6 >= 11 no longer enough: $cxxneed"
-echo "PASS install, find_package, pkg-config, gpumem run from $prefix"
+echo "PASS $mode: find_package, pkg-config, gpumem run from $prefix"
