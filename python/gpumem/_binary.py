@@ -6,7 +6,11 @@ import shutil
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-class GpumemNotFound(RuntimeError):
+class GpumemError(RuntimeError):
+    """A gpumem command failed; the message is its sentence."""
+
+
+class GpumemNotFound(GpumemError):
     pass
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from . import _binary
+from ._binary import GpumemError
 
 MIB = 1 << 20
 
@@ -22,10 +23,6 @@ _GPU_FIELDS = {
     "clocks.current.sm": ("clock_sm", None), "clocks.current.graphics": ("clock_graphics", None),
     "clocks.current.memory": ("clock_memory", None), "pstate": ("pstate", None),
 }
-
-
-class GpumemError(RuntimeError):
-    pass
 
 
 class NoDriverError(GpumemError):
@@ -74,6 +71,8 @@ def _run_json(*args, accept=(0,)):
         r = subprocess.run([_binary.path(), *args], capture_output=True, text=True, timeout=60)
     except OSError as e:
         raise GpumemError(f"gpumem: cannot run {_binary.path()}: {e.strerror}") from None
+    except subprocess.TimeoutExpired:
+        raise GpumemError(f"gpumem {args[0]} gave no answer in 60 s") from None
     if r.returncode == 4:
         raise NoDriverError(r.stderr.strip() or "gpumem: no GPU driver or NVML")
     if r.returncode not in accept:
