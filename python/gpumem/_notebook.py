@@ -3,7 +3,7 @@ under gpumem's (`gpumem run`, or gpumem_torch.install(), answers torch.cuda's fu
   track(label)      context manager and decorator: allocated before / after, peak inside, reserved change,
                     time; nested blocks keep their own peaks; summary() is the table of every block so far
   tensors()         live CUDA tensors found through gc (parameters, their gradients, optimizer state),
-                    grouped by shape and dtype
+                    grouped by shape and dtype; with memory history on, where each group was allocated
   purge()           gc.collect() + empty_cache(), and what came back
   print_memory()    one line: allocated, reserved, peaks, free / total
   %%track LABEL     IPython cell magic, after `%load_ext gpumem`
@@ -116,9 +116,42 @@ class TensorGroup:
     count: int
     bytes: int
     kinds: Tuple[str, ...]  # "parameter", "gradient", "tensor"
+    where: Tuple[str, ...] = ()  # "file:line in function" of the allocations, when memory history is on
 
     def __str__(self):
-        return f"{self.count} x {self.dtype}{list(self.shape)} ({', '.join(self.kinds)}): {format_bytes(self.bytes)}"
+        text = f"{self.count} x {self.dtype}{list(self.shape)} ({', '.join(self.kinds)}): {format_bytes(self.bytes)}"
+        return text + (f" from {'; '.join(self.where)}" if self.where else "")
+
+
+def _frame_text(frames):
+    """The innermost frame outside torch itself (PyTorch's and gpumem's snapshots list innermost first)."""
+    for f in frames:
+        name = f.get("filename", "")
+        if "/torch/" not in name and not name.endswith("gpumem_torch.py"):
+            return f"{name}:{f.get('line')} in {f.get('name')}"
+    return None
+
+
+def _origins(torch):
+    """{block address: where it was allocated} from torch.cuda.memory._snapshot(); {} without history."""
+    try:
+        snapshot = torch.cuda.memory._snapshot()
+    except Exception:  # no CUDA, or an allocator that cannot snapshot: the groups stand without origins
+        return {}
+    origins = {}
+    for segment in snapshot.get("segments", []):
+        for block in segment.get("blocks", []):
+            text = _frame_text(block.get("frames") or [])
+            if text and block.get("state") == "active_allocated":
+                origins[block.get("address")] = text
+    return origins
+
+
+def _address(t):
+    try:
+        return t.untyped_storage().data_ptr()
+    except Exception:  # tensors without a storage API (or a test double): their own pointer
+        return getattr(t, "data_ptr", lambda: None)()
 
 
 def _nbytes(t):
@@ -130,7 +163,7 @@ def tensors(device=None):
     first. A tensor seen twice (a parameter and a dict entry) counts once."""
     torch = _torch()
     parameter = getattr(getattr(torch, "nn", None), "Parameter", None)
-    seen, groups = set(), {}
+    seen, groups, where = set(), {}, {}
 
     def visit(t, kind):
         if id(t) in seen or not getattr(t, "is_cuda", False):
@@ -144,6 +177,7 @@ def tensors(device=None):
         g.bytes += _nbytes(t)
         if kind not in g.kinds:
             g.kinds += (kind,)
+        where.setdefault(key, []).append(t)
 
     found = []
     for obj in gc.get_objects():
@@ -159,8 +193,12 @@ def tensors(device=None):
             visit(t, "parameter")
         else:
             visit(t, "gradient" if id(t) in grad_ids else "tensor")
-    for g in groups.values():
+    origins = _origins(torch) if groups else {}
+    for key, g in groups.items():
         g.kinds = tuple(k for k in ("parameter", "gradient", "tensor") if k in g.kinds)
+        if origins:
+            places = (origins.get(_address(t)) for t in where[key])
+            g.where = tuple(dict.fromkeys(p for p in places if p))[:3]
     return sorted(groups.values(), key=lambda g: g.bytes, reverse=True)
 
 

@@ -191,6 +191,18 @@ class Notebook(unittest.TestCase):
             assert len(groups) == 2, groups                    # the CPU tensor is not listed
             assert gpumem.tensors(device=1) == []
             assert str(big) == "3 x float32[1024, 1024] (parameter, gradient, tensor): 12.00 MiB", str(big)
+
+            # With memory history on, each group says where its tensors were allocated.
+            torch.cuda.memory._record_memory_history()
+            def make_activation():
+                t = Tensor((7, 7))
+                t.ptr = raw.malloc(1 * MiB, 0, 0)
+                t.data_ptr = lambda: t.ptr
+                return t
+            act = make_activation()
+            [g] = [g for g in gpumem.tensors() if g.shape == (7, 7)]
+            assert len(g.where) == 1 and g.where[0].endswith(" in make_activation"), g.where
+            assert str(g).endswith(" from " + g.where[0]), str(g)
             print("OK")
         """)
 
