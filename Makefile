@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 BUILD ?= build
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build run test test-fast test-asan test-tsan bench clean
+.PHONY: all deps build run test test-fast test-asan test-tsan bench clean deb wheel
 
 all: build
 
@@ -32,6 +32,16 @@ test-tsan: deps
 	cd build-tsan && ctest --output-on-failure -j $(JOBS) -L tsan
 
 test: test-fast test-asan test-tsan
+
+# Packages (packaging/): a .deb of the `cmake --install` tree (CPack), and a Python wheel.
+deb: deps
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target gpumem gpumem_shared
+	cd $(BUILD) && cpack -G DEB
+
+wheel: deps
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target wheel
 
 bench: build
 	bash scripts/bench.sh

@@ -2,7 +2,8 @@
 // gpumem as its CUDA allocator. python/gpumem_sitecustomize.py, copied as sitecustomize.py into a private
 // directory first on PYTHONPATH, installs gpumem_torch when the program imports torch; GPUMEM_* variables
 // carry the settings. Needs libgpumem.so, gpumem_torch.py and gpumem_sitecustomize.py beside the gpumem
-// binary (the build puts them there). Options: run_options.hpp; process handling: run_launcher.hpp.
+// binary (the build and the wheel put them there) or where `cmake --install` puts them (install_layout.hpp).
+// Options: run_options.hpp; process handling: run_launcher.hpp.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -14,6 +15,7 @@
 
 #include "cli/command.hpp"
 #include "cli/exit_codes.hpp"
+#include "cli/install_layout.hpp"
 #include "cli/run_launcher.hpp"
 #include "cli/run_options.hpp"
 #include "gpumem/errors.hpp"
@@ -22,12 +24,6 @@ namespace gpumem::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-fs::path executable_dir() {
-  std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? fs::current_path() : exe.parent_path();
-}
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path);
@@ -64,7 +60,6 @@ void print_summary(const nlohmann::json& reports) {
 }
 
 int run(const RunOptions& args) {
-  const fs::path bin = executable_dir();
   // An option replaces what the environment says about the same cap.
   if (!args.limit.empty()) {
     setenv("GPUMEM_LIMIT", args.limit.c_str(), 1);
@@ -77,10 +72,12 @@ int run(const RunOptions& args) {
   if (!args.backend.empty()) setenv("GPUMEM_BACKEND", args.backend.c_str(), 1);
   check_run_environment();
   const char* lib_env = std::getenv("GPUMEM_LIBRARY");
-  const fs::path library = lib_env && *lib_env ? fs::path(lib_env) : bin / "libgpumem.so";
-  for (const fs::path& need : {library, bin / "gpumem_torch.py", bin / "gpumem_sitecustomize.py"}) {
+  const fs::path library = lib_env && *lib_env ? fs::path(lib_env) : runtime_file("libgpumem.so");
+  const fs::path shim = runtime_file("gpumem_torch.py"), site = runtime_file("gpumem_sitecustomize.py");
+  for (const fs::path& need : {library, shim, site}) {
     if (!fs::exists(need)) {
-      std::fprintf(stderr, "gpumem run: %s is missing; build the whole project (it belongs beside the gpumem binary)\n",
+      std::fprintf(stderr, "gpumem run: %s is missing; build the whole project (it belongs beside the gpumem binary) "
+                   "or install it (cmake --install, the .deb or the wheel)\n",
                    need.c_str());
       return kExitFailure;
     }
@@ -88,9 +85,13 @@ int run(const RunOptions& args) {
 
   ScratchDir scratch("gpumem-run-");
   const fs::path& dir = scratch.path();
-  fs::copy_file(bin / "gpumem_sitecustomize.py", dir / "sitecustomize.py");
-  fs::copy_file(bin / "gpumem_torch.py", dir / "gpumem_torch.py");
-  if (fs::exists(bin / "gpumem_ipc.py")) fs::copy_file(bin / "gpumem_ipc.py", dir / "gpumem_ipc.py");  // CUDA IPC
+  fs::copy_file(site, dir / "sitecustomize.py");
+  fs::copy_file(shim, dir / "gpumem_torch.py");
+  // CUDA IPC and memory history: optional modules, found beside the shim.
+  for (const char* extra : {"gpumem_ipc.py", "gpumem_history.py"}) {
+    const fs::path from = shim.parent_path() / extra;
+    if (fs::exists(from)) fs::copy_file(from, dir / extra);
+  }
 
   const char* old_path = std::getenv("PYTHONPATH");
   std::string pythonpath = dir.string() + (old_path && *old_path ? ":" + std::string(old_path) : "");

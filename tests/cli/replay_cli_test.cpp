@@ -13,55 +13,22 @@
 #include <string>
 #include <vector>
 
+#include "cli/gpumem_child.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
+using gpumem::testing::Outcome;
+using gpumem::testing::slurp;
 constexpr std::uint64_t MiB = 1 << 20;
 
-struct Outcome {
-  int status = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-class ReplayCli : public ::testing::Test {
+class ReplayCli : public gpumem::testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("gpumem_replay_cli_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  ReplayCli() : ScratchDirTest("gpumem_replay_cli_") {}
 
-  Outcome gpumem(const std::vector<std::string>& args) const {
-    const std::string binary = GPUMEM_BINARY_DIR "/gpumem";
-    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(o, 1);
-      ::dup2(e, 2);
-      std::vector<char*> argv{const_cast<char*>(binary.c_str()), const_cast<char*>("replay")};
-      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      ::execv(binary.c_str(), argv.data());
-      ::_exit(127);
-    }
-    int wstatus = 0;
-    ::waitpid(pid, &wstatus, 0);
-    Outcome r;
-    r.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
+  Outcome gpumem(std::vector<std::string> args) const {
+    args.insert(args.begin(), "replay");
+    return run_gpumem(args);
   }
 
   std::string write(const std::string& name, const std::string& text) const {
@@ -77,7 +44,6 @@ class ReplayCli : public ::testing::Test {
     return p.string();
   }
 
-  fs::path dir_;
 };
 
 std::string trace_text(std::initializer_list<std::tuple<const char*, std::uint64_t, std::uint64_t>> events) {

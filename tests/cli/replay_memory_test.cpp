@@ -17,60 +17,22 @@
 #include <string>
 #include <vector>
 
+#include "cli/gpumem_child.hpp"
 #include "gpumem/trace.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
+using gpumem::testing::Outcome;
+using gpumem::testing::slurp;
 constexpr std::uint64_t MiB = 1 << 20;
 
-struct Outcome {
-  int status = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-class ReplayMemory : public ::testing::Test {
+class ReplayMemory : public gpumem::testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("gpumem_replay_memory_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  ReplayMemory() : ScratchDirTest("gpumem_replay_memory_") {}
 
   // gpumem ARGS in a child process whose address space is capped at `limit` bytes.
-  Outcome gpumem(const std::vector<std::string>& args, std::uint64_t limit) const {
-    const std::string binary = GPUMEM_BINARY_DIR "/gpumem";
-    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(o, 1);
-      ::dup2(e, 2);
-      std::vector<char*> argv{const_cast<char*>(binary.c_str())};
-      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      const rlimit cap{rlim_t(limit), rlim_t(limit)};
-      if (::setrlimit(RLIMIT_AS, &cap) != 0) ::_exit(126);
-      ::execv(binary.c_str(), argv.data());
-      ::_exit(127);
-    }
-    int wstatus = 0;
-    ::waitpid(pid, &wstatus, 0);
-    Outcome r;
-    r.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
-  }
+  Outcome gpumem(const std::vector<std::string>& args, std::uint64_t limit) const { return run_gpumem(args, limit); }
 
   // A gzip trace of `allocs` allocations of 512 bytes; each is freed `window` allocations later
   // (never, with window 0). Addresses come back once free, as an allocator's do.
@@ -97,7 +59,6 @@ class ReplayMemory : public ::testing::Test {
     return path;
   }
 
-  fs::path dir_;
 };
 
 // What a failure at any cap must look like: exit 3 and one sentence naming the cause.

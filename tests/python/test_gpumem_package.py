@@ -1,0 +1,240 @@
+"""python/gpumem (the package the wheel installs), from the source tree: the monitoring API against the NVML
+test double through the built gpumem binary, and the notebook helpers against fake_torch with gpumem_torch
+installed on the host backend (so torch.cuda's memory functions answer from a real allocator).
+
+Needs GPUMEM_BUILD_DIR (the gpumem binary, libgpumem.so, gpumem_torch.py, fake_nvml/); ctest sets it."""
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.abspath(os.path.join(HERE, "..", ".."))
+BUILD = os.path.abspath(os.environ.get("GPUMEM_BUILD_DIR", os.path.join(SOURCE, "build")))
+FAKE_TORCH = os.path.join(HERE, "fake_torch")
+SCENARIOS = os.path.join(SOURCE, "tests", "monitor", "scenarios")
+FAKE_NVML = os.path.join(BUILD, "fake_nvml", "libgpumem_fake_nvml_current.so")
+sys.path.insert(0, os.path.join(SOURCE, "python"))
+import gpumem  # noqa: E402
+
+
+def nvml_env(scenario):
+    return {"GPUMEM_BINARY": os.path.join(BUILD, "gpumem"), "GPUMEM_NVML_LIBRARY": FAKE_NVML,
+            "GPUMEM_FAKE_NVML_SCENARIO": os.path.join(SCENARIOS, scenario)}
+
+
+class Monitoring(unittest.TestCase):
+    def setUp(self):
+        self.saved = dict(os.environ)
+        os.environ.update(nvml_env("two_gpus.txt"))
+
+    def tearDown(self):
+        os.environ.clear()
+        os.environ.update(self.saved)
+
+    def test_gpus_have_every_field_in_bytes_and_their_processes(self):
+        g = gpumem.gpus()
+        self.assertEqual([x.index for x in g], [0, 1, 2])
+        h100 = g[0]
+        self.assertEqual(h100.name, "NVIDIA H100 80GB HBM3")
+        self.assertEqual(h100.uuid, "GPU-8f1c2e4a-1111-2222-3333-444455556666")
+        self.assertEqual(h100.bus_id, "00000000:18:00.0")
+        self.assertEqual(h100.memory_total, 81559 << 20)
+        self.assertEqual(h100.memory_used, 20480 << 20)
+        self.assertEqual(h100.memory_free, (81559 - 20480 - 512) << 20)
+        self.assertEqual(h100.memory_reserved, 512 << 20)
+        self.assertEqual((h100.utilization, h100.temperature, h100.power), (97, 61, 412.35))
+        self.assertEqual((h100.clock_sm, h100.clock_memory, h100.pstate), (1755, 2619, "P0"))
+        self.assertEqual([(p.pid, p.used_memory) for p in h100.processes], [(4242, 12288 << 20), (4343, 8000 << 20)])
+        self.assertEqual(g[1].processes, [])
+        lost = g[2]  # a lost GPU: every field None, no crash
+        self.assertIsNone(lost.name)
+        self.assertIsNone(lost.memory_used)
+
+    def test_unsupported_fields_are_none(self):
+        os.environ.update(nvml_env("unsupported.txt"))
+        t4 = gpumem.gpus()[0]
+        self.assertEqual(t4.name, "Tesla T4")
+        self.assertIsNone(t4.utilization)
+        self.assertIsNone(t4.power)
+        self.assertIsNone(t4.power_limit)
+        self.assertEqual(t4.memory_used, 3 << 20)
+
+    def test_processes_and_watch(self):
+        self.assertEqual(sorted(p.pid for p in gpumem.processes()), [4242, 4343])
+        samples = list(gpumem.watch(0.05, count=3, with_processes=False))
+        self.assertEqual(len(samples), 3)
+        self.assertTrue(all(s[0].memory_used == 20480 << 20 for s in samples))
+
+    def test_gpumem_processes_carry_their_allocators_numbers(self):
+        # A real process on gpumem's allocator (host backend) that the NVML double lists on GPU 0.
+        with tempfile.TemporaryDirectory() as d:
+            env = dict(os.environ, GPUMEM_BACKEND="host", GPUMEM_LIBRARY=os.path.join(BUILD, "libgpumem.so"),
+                       GPUMEM_CONTROL_DIR=d, PYTHONPATH=BUILD)
+            child = subprocess.Popen([sys.executable, "-c", "import gpumem_torch, sys\n"
+                                      "p = gpumem_torch.allocate(5 << 20); print('ready', flush=True); sys.stdin.read()"],
+                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            try:
+                self.assertEqual(child.stdout.readline().strip(), "ready")
+                scenario = os.path.join(d, "scenario.txt")
+                with open(os.path.join(SCENARIOS, "two_gpus.txt")) as f, open(scenario, "w") as out:
+                    out.write(f.read() + f"proc gpu=0 pid={child.pid} used_mib=6 name=python3\n")
+                os.environ.update(GPUMEM_FAKE_NVML_SCENARIO=scenario, GPUMEM_CONTROL_DIR=d)
+                ours = [p for p in gpumem.gpus()[0].processes if p.pid == child.pid]
+                self.assertEqual(len(ours), 1, gpumem.gpus()[0].processes)
+                self.assertEqual((ours[0].allocated, ours[0].peak_allocated), (5 << 20, 5 << 20))
+                self.assertGreaterEqual(ours[0].reserved, 5 << 20)
+                others = [p for p in gpumem.gpus()[0].processes if p.pid != child.pid]
+                self.assertTrue(all(p.allocated is None for p in others))
+                self.assertEqual([p.allocated for p in gpumem.processes(with_allocators=True)
+                                  if p.pid == child.pid], [5 << 20])
+            finally:
+                child.stdin.close()
+                child.wait(timeout=30)
+                child.stdout.close()
+
+    def test_no_driver_is_its_own_error(self):
+        os.environ["GPUMEM_NVML_LIBRARY"] = "/nonexistent/libnvidia-ml.so.1"
+        with self.assertRaises(gpumem.NoDriverError) as e:
+            gpumem.gpus()
+        self.assertIn("could not be loaded", str(e.exception))
+
+    def test_missing_binary_is_one_clear_error(self):
+        os.environ["GPUMEM_BINARY"] = "/nonexistent/gpumem"
+        with self.assertRaisesRegex(gpumem.GpumemError, "cannot run /nonexistent/gpumem"):
+            gpumem.gpus()
+
+
+def run_notebook(code):
+    env = dict(os.environ, GPUMEM_BACKEND="host", GPUMEM_HOST_CAPACITY="256MiB",
+               GPUMEM_LIBRARY=os.path.join(BUILD, "libgpumem.so"),
+               PYTHONPATH=os.pathsep.join([FAKE_TORCH, BUILD, os.path.join(SOURCE, "python")]))
+    prelude = """
+        import torch, gpumem_torch, gpumem
+        gpumem_torch.install()
+        raw = torch.cuda.memory._current.allocator()
+        torch.cuda.empty_cache = raw.empty_cache  # as real torch.cuda.empty_cache reaches the pluggable allocator
+        MiB = 1 << 20
+    """
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(prelude) + textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+class Notebook(unittest.TestCase):
+    def check(self, code):
+        r = run_notebook(code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("OK", r.stdout)
+        return r
+
+    def test_track_nested_blocks_keep_their_own_peaks(self):
+        r = self.check("""
+            keep = raw.malloc(2 * MiB, 0, 0)
+            with gpumem.track("outer") as outer:
+                a = raw.malloc(8 * MiB, 0, 0)
+                raw.free(a, 8 * MiB, 0, 0)                      # outer's peak: 10 MiB, before inner resets it
+                with gpumem.track("inner") as inner:
+                    b = raw.malloc(4 * MiB, 0, 0)
+                    c = raw.malloc(1 * MiB, 0, 0)
+                    raw.free(b, 4 * MiB, 0, 0)
+                kept = c
+            assert (inner.allocated_before, inner.allocated_after, inner.peak) == (2 * MiB, 3 * MiB, 7 * MiB), inner
+            assert (outer.allocated_before, outer.allocated_after, outer.peak) == (2 * MiB, 3 * MiB, 10 * MiB), outer
+            assert inner.depth == 1 and outer.depth == 0
+            assert outer.reserved_after - outer.reserved_before >= 0 and outer.seconds > 0
+
+            @gpumem.track()
+            def step(n):
+                p = raw.malloc(n, 0, 0)
+                raw.free(p, n, 0, 0)
+                return n
+            assert step(5 * MiB) == 5 * MiB
+            records = gpumem._notebook.track_records()
+            assert [r.label for r in records][-1].endswith("step") and records[-1].peak == 8 * MiB, records[-1]
+            table = gpumem.summary(reset=True)
+            assert table.splitlines()[1].startswith("  inner:") and "outer:" in table, table
+            assert gpumem.summary() == "gpumem track summary:"
+            print("OK")
+        """)
+        self.assertIn("gpumem: outer: allocated 2.00 MiB -> 3.00 MiB (1.00 MiB), peak 10.00 MiB", r.stderr)
+
+    def test_tensors_groups_live_cuda_tensors_and_gradients(self):
+        self.check("""
+            import types
+
+            class Tensor:
+                def __init__(self, shape, cuda=True, grad=None):
+                    self.shape, self.is_cuda, self.grad, self.dtype = shape, cuda, grad, "torch.float32"
+                def element_size(self): return 4
+                def nelement(self):
+                    n = 1
+                    for d in self.shape: n *= d
+                    return n
+                def get_device(self): return 0 if self.is_cuda else -1
+
+            class Parameter(Tensor):
+                pass
+
+            torch.Tensor = Tensor
+            torch.is_tensor = lambda o: isinstance(o, Tensor)
+            torch.nn = types.SimpleNamespace(Parameter=Parameter)
+            weight = Parameter((1024, 1024), grad=Tensor((1024, 1024)))
+            state = {"exp_avg": Tensor((1024, 1024)), "step": Tensor((1,), cuda=False)}
+            acts = [Tensor((64, 256)) for _ in range(3)]
+            groups = gpumem.tensors()
+            big = groups[0]
+            assert (big.shape, big.dtype, big.count, big.bytes) == ((1024, 1024), "float32", 3, 3 * 4 * MiB), big
+            assert set(big.kinds) == {"parameter", "gradient", "tensor"}, big.kinds
+            assert (groups[1].shape, groups[1].count) == ((64, 256), 3), groups[1]
+            assert len(groups) == 2, groups                    # the CPU tensor is not listed
+            assert gpumem.tensors(device=1) == []
+            assert str(big) == "3 x float32[1024, 1024] (parameter, gradient, tensor): 12.00 MiB", str(big)
+
+            # With memory history on, each group says where its tensors were allocated.
+            torch.cuda.memory._record_memory_history()
+            def make_activation():
+                t = Tensor((7, 7))
+                t.ptr = raw.malloc(1 * MiB, 0, 0)
+                t.data_ptr = lambda: t.ptr
+                return t
+            act = make_activation()
+            [g] = [g for g in gpumem.tensors() if g.shape == (7, 7)]
+            assert len(g.where) == 1 and g.where[0].endswith(" in make_activation"), g.where
+            assert str(g).endswith(" from " + g.where[0]), str(g)
+            print("OK")
+        """)
+
+    def test_purge_and_print_memory(self):
+        r = self.check("""
+            p = raw.malloc(16 * MiB, 0, 0)
+            raw.free(p, 16 * MiB, 0, 0)
+            assert torch.cuda.memory_reserved(0) >= 16 * MiB
+            result = gpumem.purge()
+            assert result.reserved_before >= 16 * MiB and result.reserved_after == 0, result
+            assert result.allocated_after == 0
+            gpumem.print_memory()
+            print("OK")
+        """)
+        self.assertIn("given back", r.stderr)
+        self.assertIn("gpumem: allocated 0 B, max allocated 16.00 MiB, reserved 0 B", r.stdout)
+
+    def test_cell_magic_tracks_the_cell(self):
+        self.check("""
+            class FakeIPython:
+                def register_magic_function(self, fn, kind, name): self.magic = (fn, kind, name)
+                def run_cell(self, cell): exec(cell, globals())
+            ip = FakeIPython()
+            gpumem.load_ipython_extension(ip)
+            fn, kind, name = ip.magic
+            assert (kind, name) == ("cell", "track")
+            fn("cell 3", "p = raw.malloc(3 * MiB, 0, 0)")
+            assert gpumem._notebook.track_records()[-1].label == "cell 3"
+            assert gpumem._notebook.track_records()[-1].allocated_after == 3 * MiB
+            print("OK")
+        """)
+
+
+if __name__ == "__main__":
+    unittest.main()
