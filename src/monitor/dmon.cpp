@@ -49,8 +49,8 @@ DmonColumns parse_dmon_metrics(const std::string& letters) {
       case ',': break;  // "-s p,u,c" as well as "-s puc"
       default:
         throw UsageError(std::string("unknown dmon metric group '") + ch +
-                         "' (p power/temp, u utilization, c clocks, v power/thermal violations, m FB/BAR1 memory, e ECC/PCIe errors, t PCIe "
-                         "throughput, g gpumem's reserved/free).");
+                         "' (p power/temp, u utilization, c clocks, v power/thermal violations, m FB/BAR1 memory, "
+                         "e ECC/PCIe errors, t PCIe throughput, g gpumem's reserved/free).");
     }
   }
   if (!(c.power || c.util || c.clocks || c.violations || c.memory || c.ecc || c.pcie || c.gpumem))

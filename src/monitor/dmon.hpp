@@ -2,7 +2,7 @@
 // pair, 6-wide columns, "-" for a value that cannot be read). Contract: metric groups are chosen by
 // nvidia-smi's letters with its columns (p pwr gtemp mtemp, u sm mem enc dec [jpg ofa], c mclk pclk,
 // v pviol tviol, m fb bar1, e sbecc dbecc pci, t rxpci txpci) plus gpumem's own g (resv free); jpg and
-// ofa show where the driver has their entry points, as nvidia-smi of that driver prints them; the lines render one
+// ofa show where the driver has their entry points, as that driver's nvidia-smi prints them; lines render one
 // SampleSet (the sampler measures PCIe on its own thread, so its ~20 ms driver calls never delay a line).
 #pragma once
 #include <string>
