@@ -57,8 +57,12 @@ void read_violations(const nvml::Nvml& nvml, abi::Device d, Sampler::Impl& m, si
   if (power && m.power_viol[i]) s.power_violation_percent = violation_percent(*m.power_viol[i], *power);
   if (thermal && m.thermal_viol[i] && violation_percent(*m.thermal_viol[i], *thermal))
     s.thermal_violation = thermal->violation_ns > m.thermal_viol[i]->violation_ns;
-  m.power_viol[i] = power.value;
-  m.thermal_viol[i] = thermal.value;
+  // A counter whose reference time has not moved keeps its base, so the next sample spans real time.
+  auto keep_base = [](const auto& r, const std::optional<nvml::ViolationCounter>& base) {
+    return r && base && r->reference_us <= base->reference_us;
+  };
+  if (!keep_base(power, m.power_viol[i])) m.power_viol[i] = power.value;
+  if (!keep_base(thermal, m.thermal_viol[i])) m.thermal_viol[i] = thermal.value;
 }
 
 // %SM of each listed process: the newest sample since the previous call; a process without one was idle.
