@@ -7,6 +7,7 @@
 #  3. One-shot latency (median of N whole-process runs each, interleaved) and loop-mode CPU cost
 #     (-lms 10 for LOOP_S seconds each, side by side, CPU time from wait4's rusage).
 #  5. `gpumem exporter`: scripts/gpu-check-exporter.sh (metrics vs nvidia-smi and gpumem query, scrape cost).
+#  6. Health fields (retired pages, dmon -s v / jpg ofa, top %SM, XID, remapped rows): scripts/gpu-check-health.sh.
 # Usage: scripts/gpu-check-monitor.sh [path/to/gpumem]   (default: .device/mon/gpumem, build/gpumem)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -231,6 +232,9 @@ kill "$RUNPID" 2>/dev/null
 
 echo "== 5. gpumem exporter vs nvidia-smi and gpumem query, scrape cost (scripts/gpu-check-exporter.sh)"
 if OUT="$OUTDIR/exporter" scripts/gpu-check-exporter.sh "$BIN"; then row "exporter: metrics == nvidia-smi, scrape, CPU" "meets"; else row "exporter: metrics == nvidia-smi, scrape, CPU" "MISSES (see above)"; fi
+
+echo "== 6. health fields vs nvidia-smi (scripts/gpu-check-health.sh)"
+if scripts/gpu-check-health.sh "$BIN"; then row "health: retired pages, dmon v/u, %SM, XID" "meets"; else row "health: retired pages, dmon v/u, %SM, XID" "MISSES (see above)"; fi
 
 echo
 echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1))"
