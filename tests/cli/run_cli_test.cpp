@@ -8,7 +8,9 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include "monitor/run_gpumem.hpp"
@@ -132,12 +134,16 @@ TEST_F(RunCli, TheProgramStartsWithDefaultSignalDispositionsAndAnEmptyMask) {
   EXPECT_NE(text.find("SigBlk:\t0000000000000000"), std::string::npos) << text;
 }
 
-// Waits (20 s ceiling: sanitizer builds start slowly) until gpumem has started the program; returns
-// gpumem's children as /proc lists them.
+// Waits (20 s ceiling: sanitizer builds start slowly) until gpumem has started the program: its children
+// are then two, the reaper of its scratch directory and the program. Returns them as /proc lists them.
 std::string wait_for_program(pid_t gpumem) {
   const std::string path = "/proc/" + std::to_string(gpumem) + "/task/" + std::to_string(gpumem) + "/children";
   std::string children;
-  for (int waited = 0; waited < 20000 && (children = slurp(path)).empty(); waited += 20)
+  auto count = [&] {
+    std::istringstream ids(children);
+    return std::distance(std::istream_iterator<std::string>(ids), std::istream_iterator<std::string>());
+  };
+  for (int waited = 0; waited < 20000 && ((children = slurp(path)), count() < 2); waited += 20)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   return children;
 }
@@ -157,6 +163,9 @@ TEST_F(RunCli, InterruptStopsTheProgramAndGpumemExits130) {
   ASSERT_FALSE(wait_for_program(pid).empty());
   kill(pid, SIGTERM);
   EXPECT_EQ(wait_exit(pid), 128 + SIGTERM);
+  // Removed by gpumem, or (had the signal come first) by its reaper a moment later.
+  for (int waited = 0; waited < 5000 && !scratch_dirs().empty(); waited += 20)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_TRUE(scratch_dirs().empty());
 }
 
