@@ -76,6 +76,7 @@ class HostBackend final : public Backend {
     std::size_t mappings;
     bool imported = false;  // another process's memory: takes no capacity here
     std::size_t released = 0;  // bytes punched out by release_chunk_part
+    bool exported = false;     // another process may map it: a punched hole would reach into its memory
   };
   struct Mapping {
     std::size_t bytes;

@@ -166,6 +166,7 @@ std::vector<int> HostBackend::export_chunk(ChunkHandle chunk) {
   if (it == chunks_.end()) throw BackendError("host backend: export of unknown chunk " + std::to_string(chunk));
   int fd = ::fcntl(it->second.fd, F_DUPFD_CLOEXEC, 0);
   if (fd < 0) throw_syscall("fcntl(F_DUPFD_CLOEXEC)", errno, "exporting a chunk");
+  it->second.exported = true;
   return {fd};
 }
 
@@ -199,7 +200,10 @@ void HostBackend::release_chunk(ChunkHandle chunk) noexcept {
 bool HostBackend::release_chunk_part(ChunkHandle chunk, std::size_t offset, std::size_t bytes) noexcept {
   auto it = chunks_.find(chunk);
   const std::size_t g = options_.granularity;
-  if (it == chunks_.end() || it->second.imported || (offset | bytes) % g || offset + bytes > it->second.bytes)
+  // One memfd is all of a chunk's memory, in every process that holds it: once shared, only closing it
+  // (release_chunk) lets go, and the memory lives on while another process maps it.
+  if (it == chunks_.end() || it->second.imported || it->second.exported || (offset | bytes) % g ||
+      offset + bytes > it->second.bytes)
     return false;
   if (::fallocate(it->second.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(offset), off_t(bytes)) != 0)
     return false;

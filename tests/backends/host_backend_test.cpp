@@ -272,5 +272,26 @@ TEST(HostBackend, ImportRejectsWhatIsNotAMemoryFileOfTheSize) {
   for (int fd : {fds[0], pipe_fds[0], pipe_fds[1]}) close(fd);
 }
 
+TEST(HostBackend, SharedChunksAreNeverPunchedWhileAnotherProcessMayMapThem) {
+  HostBackend b(small());
+  ChunkHandle c = b.create_chunk(4 * kGran);
+  DevicePtr va = b.reserve(4 * kGran), other = b.reserve(4 * kGran);
+  b.map(va, 4 * kGran, c, 0);
+  std::memset(reinterpret_cast<void*>(va), 0x5a, 4 * kGran);
+  std::vector<int> fds = b.export_chunk(c);
+  ChunkHandle imported = b.import_chunk(fds, 4 * kGran);  // as the receiving process would
+  b.map(other, 2 * kGran, imported, 0);
+  b.unmap(va, 4 * kGran);
+  EXPECT_FALSE(b.release_chunk_part(c, 0, 2 * kGran)) << "the receiver still maps these pages";
+  EXPECT_EQ(reinterpret_cast<unsigned char*>(other)[kGran], 0x5a) << "the receiver's bytes are intact";
+  ChunkHandle own = b.create_chunk(2 * kGran);
+  EXPECT_TRUE(b.release_chunk_part(own, 0, kGran)) << "a chunk never shared is punched as usual";
+  b.unmap(other, 2 * kGran);
+  for (ChunkHandle h : {imported, c, own}) b.release_chunk(h);
+  b.release_range(va, 4 * kGran);
+  b.release_range(other, 4 * kGran);
+  close(fds[0]);
+}
+
 }  // namespace
 }  // namespace gpumem
