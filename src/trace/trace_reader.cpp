@@ -1,5 +1,6 @@
 // Reading: a ByteSource gives the bytes, lines are cut out of 1 MiB chunks and handed to the header check
 // (line 1, nlohmann::json: rare, flexible) or the hand-written event parser (hot), then to the validator.
+#include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -63,10 +64,13 @@ class LineReader {
     scanned_ -= start_;
     start_ = 0;
     if (filled_ > kMaxLineBytes) throw TraceError(path_, line_ + 1, "the line is longer than 1 MiB (not a gpumem-trace file?)");
-    if (buffer_.size() < filled_ + kChunkBytes) buffer_.resize(filled_ + kChunkBytes);
+    // Reads start small and double up to kChunkBytes: a short trace (or a fuzzer's input) never pays
+    // for a 1 MiB buffer, a long one reads in large chunks after a few refills.
+    chunk_ = std::min(kChunkBytes, chunk_ * 2);
+    if (buffer_.size() < filled_ + chunk_) buffer_.resize(filled_ + chunk_);
     std::size_t got;
     try {
-      got = source_->read(buffer_.data() + filled_, kChunkBytes);
+      got = source_->read(buffer_.data() + filled_, chunk_);
     } catch (const ByteSourceError& e) {
       throw TraceError(path_, line_ + 1, e.what());  // lines complete so far were good; the damage is in the next
     }
@@ -79,6 +83,7 @@ class LineReader {
   std::string buffer_;
   std::size_t start_ = 0, scanned_ = 0, filled_ = 0;  // the unread part is [start_, filled_)
   std::size_t line_ = 0;
+  std::size_t chunk_ = std::size_t(32) << 10;  // the next read's size is twice this, at most kChunkBytes
   bool at_end_ = false;
 };
 
