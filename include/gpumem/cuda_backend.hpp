@@ -3,9 +3,9 @@
 //  - "cuda": virtual memory management (cuMemAddressReserve / cuMemCreate / cuMemMap / cuMemSetAccess):
 //    the engine's page packing and stitching on real memory. Drivers refuse cuMemMap at a nonzero offset into an allocation, so a chunk
 //    is one physical allocation per granule and a mapping maps granule by granule (as PyTorch's
-//    expandable segments do with their pages). Pages are `page_bytes`, else GPUMEM_CUDA_PAGE_MIB=N MiB, else
-//    16 MiB, rounded up to the driver's granularity: bigger pages, fewer driver calls per byte; smaller
-//    pages, finer stitching and release (the default allocators pick 2 MiB under a limit, see registry.cpp).
+//    expandable segments do with their pages). Pages are `page_bytes` (0: 16 MiB), rounded up to the driver's
+//    granularity: bigger pages, fewer driver calls per byte; smaller pages, finer stitching and release
+//    (the default allocators take GPUMEM_CUDA_PAGE_MIB, else 2 MiB under a limit, see registry.cpp).
 //  - "cuda-plain": cuMemAlloc / cuMemFree only, for drivers or setups without VMM.
 // Both work in the device's primary context (the one the CUDA runtime and PyTorch use) and make it current
 // only for the calls that need one, restoring the caller's context after. Events come from a pool

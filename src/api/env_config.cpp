@@ -1,6 +1,8 @@
 #include "api/env_config.hpp"
 
+#include <cerrno>
 #include <cstdlib>
+#include <string>
 #include <stdexcept>
 
 #include "gpumem/errors.hpp"
@@ -48,6 +50,17 @@ std::optional<double> env_fraction(const char* name) {
   } catch (const std::invalid_argument& e) {
     throw Error(std::string("gpumem: ") + name + "='" + value + "': " + e.what());
   }
+}
+
+std::optional<std::uint64_t> env_cuda_page_bytes() {
+  const char* value = get("GPUMEM_CUDA_PAGE_MIB");
+  if (!value) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long mib = std::strtoull(value, &end, 10);
+  if (*value < '0' || *value > '9' || *end || errno || mib == 0 || mib > (1ull << 20))
+    throw Error(std::string("gpumem: GPUMEM_CUDA_PAGE_MIB='") + value + "' is not a whole number of MiB from 1 to 1048576");
+  return std::uint64_t(mib) << 20;
 }
 
 }  // namespace gpumem::api

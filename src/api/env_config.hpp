@@ -20,5 +20,6 @@ std::string env_backend();
 std::optional<std::uint64_t> env_size(const char* name);
 std::optional<std::uint64_t> env_limit();  // 0 = "none"
 std::optional<double> env_fraction(const char* name);
+std::optional<std::uint64_t> env_cuda_page_bytes();  // GPUMEM_CUDA_PAGE_MIB, in bytes
 
 }  // namespace gpumem::api

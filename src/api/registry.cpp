@@ -57,10 +57,9 @@ std::shared_ptr<Backend> backend_from_environment(int device) {
   if (kind == "cuda") {
     // A limit says memory is what counts: 2 MiB pages let stitching and release use every free page
     // (the limited runs of BENCHMARKS.md complete at 2 MiB and run out of memory at 16 MiB), at some
-    // speed; GPUMEM_CUDA_PAGE_MIB, when set, decides.
-    const char* page = std::getenv("GPUMEM_CUDA_PAGE_MIB");
+    // speed; GPUMEM_CUDA_PAGE_MIB, when set, decides. 0: the backend's default.
     const bool limited = api::env_limit().value_or(0) > 0 || api::env_fraction("GPUMEM_FRACTION").has_value();
-    const std::size_t page_bytes = (!page || !*page) && limited ? std::size_t(2) << 20 : 0;
+    const std::size_t page_bytes = api::env_cuda_page_bytes().value_or(limited ? std::size_t(2) << 20 : 0);
     return make_cuda_backend(device, CudaMemoryMode::virtual_memory, page_bytes);
   }
   if (kind == "cuda-plain") return make_cuda_backend(device, CudaMemoryMode::plain);

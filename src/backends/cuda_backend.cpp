@@ -70,14 +70,7 @@ class CudaBackend final : public Backend {
       // Each page is one cuMemCreate and one cuMemMap: bigger pages, fewer driver calls, coarser stitching.
       // 16 MiB measured best on an H100 (LM median step 56 ms native, 56 ms at 16 MiB, 96 ms at 2 MiB:
       // stitching maps pages while the GPU is busy, see BENCHMARKS.md).
-      std::size_t page = page_bytes ? page_bytes : kDefaultPage;
-      if (const char* mib = std::getenv("GPUMEM_CUDA_PAGE_MIB"); !page_bytes && mib && *mib) {
-        page = std::size_t(std::strtoull(mib, nullptr, 10)) << 20;
-        if (page == 0) {
-          d.cuDevicePrimaryCtxRelease(device_);
-          throw BackendError(std::string("GPUMEM_CUDA_PAGE_MIB='") + mib + "' is not a positive number of MiB");
-        }
-      }
+      const std::size_t page = page_bytes ? page_bytes : kDefaultPage;
       granularity_ = (page + granularity_ - 1) / granularity_ * granularity_;
     }
   }

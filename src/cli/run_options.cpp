@@ -94,6 +94,7 @@ void check_run_environment() {
     api::env_fraction("GPUMEM_FRACTION");
     api::env_size("GPUMEM_HOST_CAPACITY");
     api::env_size("GPUMEM_SIM_CAPACITY");
+    api::env_cuda_page_bytes();
   } catch (const std::exception& e) {
     std::string what = e.what();
     if (what.rfind("gpumem: ", 0) == 0) what.erase(0, 8);
