@@ -46,7 +46,7 @@ void Gatherer::gather(monitor::Sampler& sampler, TopData& next, const TopData* p
   prev_at_ = now;
   const double ticks_per_s = static_cast<double>(sysconf(_SC_CLK_TCK));
   const double up = uptime_s();
-  if (now - holders_at_ >= std::chrono::seconds(5)) {
+  if (scan_holders_ && now - holders_at_ >= std::chrono::seconds(5)) {
     holders_ = monitor::scan_device_holders(monitor::device_dir()).holders;
     holders_at_ = now;
   }
