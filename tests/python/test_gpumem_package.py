@@ -25,7 +25,7 @@ from gpumem import _monitor, _native  # noqa: E402
 
 def nvml_env(scenario):
     return {"GPUMEM_BINARY": os.path.join(BUILD, "gpumem"), "GPUMEM_NVML_LIBRARY": FAKE_NVML,
-            "GPUMEM_FAKE_NVML_SCENARIO": os.path.join(SCENARIOS, scenario)}
+            "GPUMEM_FAKE_NVML_SCENARIO": os.path.join(SCENARIOS, scenario), "GPUMEM_DEV_DIR": "/nonexistent"}
 
 
 class Monitoring(unittest.TestCase):
@@ -142,6 +142,13 @@ class Monitoring(unittest.TestCase):
             self.assertEqual(gpumem.gpus()[0].memory_used, 1024 << 20)
 
     cached = 20480 << 20  # in process: the open NVML still has the first scenario
+
+    def test_library_and_binary_give_one_document(self):
+        def without_times(doc):
+            return {k: v for k, v in doc.items() if k not in ("taken_at", "nvml_ms")}
+        library = _monitor.sample(processes=True, allocators=True, holders=True)
+        self.assertEqual(without_times(library), without_times(_monitor._sample_from_binary()))
+        self.assertEqual(library["schema"], 1)
 
 
 class MonitoringThroughBinary(Monitoring):
