@@ -30,6 +30,8 @@ extern "C" {
 #define GPUMEM_MONITOR_PROCESSES 1  /* each GPU's processes (NVML lists, user/command/container from /proc) */
 #define GPUMEM_MONITOR_ALLOCATORS 2 /* + allocated/reserved/peak of gpumem processes (control channel) */
 #define GPUMEM_MONITOR_HOLDERS 4    /* + processes holding /dev/nvidiaN without a context (scans every fd table) */
+#define GPUMEM_MONITOR_EXTRAS 8     /* + memory temperature, energy, PCIe replays, engine utilizations, BAR1, ECC
+                                       (10 more NVML calls per GPU; null when not asked for) */
 
 /* statuses: the CLI's exit codes for the same cases */
 #define GPUMEM_MONITOR_OK 0

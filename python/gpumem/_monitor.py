@@ -94,8 +94,9 @@ def backend():
     return ("library", lib) if lib else ("binary", _binary.path())
 
 
-def sample(processes=True, allocators=True, holders=False):
-    """The raw sample document (a dict; keys in src/tui/sample_json.hpp), read with these parts."""
+def sample(processes=True, allocators=True, holders=False, extras=False):
+    """The raw sample document (a dict; keys in src/tui/sample_json.hpp), read with these parts (extras: ECC,
+    BAR1, energy, engine utilizations...; the binary fallback reads every part)."""
     if _native.load() is None:
         doc = _sample_from_binary()  # the binary reads every part; drop what was not asked for
         for g in doc.get("gpus", []):
@@ -105,7 +106,7 @@ def sample(processes=True, allocators=True, holders=False):
                 g["processes"] = [p for p in g["processes"] if p.get("kind") != "no_context"]
         return doc
     flags = (_native.PROCESSES if processes else 0) | (_native.ALLOCATORS if processes and allocators else 0) | \
-        (_native.HOLDERS if processes and holders else 0)
+        (_native.HOLDERS if processes and holders else 0) | (_native.EXTRAS if extras else 0)
     status, doc = _native.sample(flags)
     if status == _native.NO_DEVICE:
         raise NoDriverError(doc)

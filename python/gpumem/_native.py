@@ -13,7 +13,7 @@ from . import _binary
 NAME = "libgpumem_monitor.so"
 ABI_VERSION = 1
 # flags and statuses of gpumem_monitor.h
-PROCESSES, ALLOCATORS, HOLDERS = 1, 2, 4
+PROCESSES, ALLOCATORS, HOLDERS, EXTRAS = 1, 2, 4, 8
 OK, NO_DEVICE = 0, 4
 
 _lock = threading.Lock()

@@ -80,7 +80,7 @@ void read_process_utilization(const nvml::Nvml& nvml, abi::Device d, unsigned lo
 
 }  // namespace
 
-GpuSample sample_gpu(const nvml::Nvml& nvml, const GpuRef& ref, bool processes) {
+GpuSample sample_gpu(const nvml::Nvml& nvml, const GpuRef& ref, bool processes, bool extras) {
   GpuSample s;
   s.index = ref.index;
   if (!ref.device) {
@@ -102,16 +102,18 @@ GpuSample sample_gpu(const nvml::Nvml& nvml, const GpuRef& ref, bool processes) 
     s.util_memory = u->memory;
   }
   s.temperature = opt(nvml.temperature(d));
-  s.memory_temperature = opt(nvml.memory_temperature(d));
   s.power_mw = opt(nvml.power_mw(d));
   s.clock_graphics_mhz = opt(nvml.clock_mhz(d, nvml::abi::kClockGraphics));
   s.clock_sm_mhz = opt(nvml.clock_mhz(d, nvml::abi::kClockSm));
   s.clock_memory_mhz = opt(nvml.clock_mhz(d, nvml::abi::kClockMem));
   s.fan_percent = opt(nvml.fan_percent(d));
-  s.energy_mj = opt(nvml.total_energy_mj(d));
-  s.pcie_replays = opt(nvml.uint_property(d, &nvml::Functions::pcie_replay));
   s.pstate = opt(nvml.pstate(d));
   if (s.pstate && *s.pstate == nvml::abi::kPstateUnknown) s.pstate.reset();
+  if (processes) read_processes(nvml, ref, s);
+  if (!extras) return s;
+  s.memory_temperature = opt(nvml.memory_temperature(d));
+  s.energy_mj = opt(nvml.total_energy_mj(d));
+  s.pcie_replays = opt(nvml.uint_property(d, &nvml::Functions::pcie_replay));
   s.encoder_percent = opt(nvml.encoder_percent(d));
   s.decoder_percent = opt(nvml.decoder_percent(d));
   s.jpg_percent = opt(nvml.jpg_percent(d));
@@ -119,7 +121,6 @@ GpuSample sample_gpu(const nvml::Nvml& nvml, const GpuRef& ref, bool processes) 
   if (auto b = nvml.bar1_memory(d)) s.bar1_used = b->used;
   s.ecc_corrected = opt(nvml.ecc_errors(d, nvml::abi::kEccCorrected, nvml::abi::kEccVolatile));
   s.ecc_uncorrected = opt(nvml.ecc_errors(d, nvml::abi::kEccUncorrected, nvml::abi::kEccVolatile));
-  if (processes) read_processes(nvml, ref, s);
   return s;
 }
 
@@ -178,7 +179,7 @@ SampleSet Sampler::sample() {
   if (m.xid) m.xid->poll();
   for (size_t i = 0; i < m.gpus.size(); ++i) {
     const GpuRef& ref = m.gpus[i];
-    GpuSample s = sample_gpu(nvml, ref, m.options.processes);
+    GpuSample s = sample_gpu(nvml, ref, m.options.processes, m.options.extras);
     GpuSample& id = m.identity[i];
     if (s.error.empty() && !m.identity_read[i]) {  // identity and maxima cannot change: read them once
       id.name = opt(nvml.name(ref.device));

@@ -30,6 +30,6 @@ struct Sampler::Impl {
 Sampler make_sampler(std::shared_ptr<const nvml::Nvml> nvml, std::vector<GpuRef> gpus, const SamplerOptions& options);
 
 // Reads one GPU now (no caching): the building block of Sampler::sample().
-GpuSample sample_gpu(const nvml::Nvml& nvml, const GpuRef& ref, bool processes);
+GpuSample sample_gpu(const nvml::Nvml& nvml, const GpuRef& ref, bool processes, bool extras = true);
 
 }  // namespace gpumem::monitor

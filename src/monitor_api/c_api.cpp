@@ -19,7 +19,8 @@ namespace {
 
 using namespace gpumem;
 
-constexpr int kKnownFlags = GPUMEM_MONITOR_PROCESSES | GPUMEM_MONITOR_ALLOCATORS | GPUMEM_MONITOR_HOLDERS;
+constexpr int kKnownFlags =
+    GPUMEM_MONITOR_PROCESSES | GPUMEM_MONITOR_ALLOCATORS | GPUMEM_MONITOR_HOLDERS | GPUMEM_MONITOR_EXTRAS;
 
 // One sampler per set of flags (what the sampler reads differs), all over one open NVML: %CPU and the
 // device-node scan keep their own pacing per caller kind.
@@ -50,6 +51,7 @@ Reader& reader_for(State& s, int flags) {
   }
   monitor::SamplerOptions options;
   options.processes = (flags & GPUMEM_MONITOR_PROCESSES) != 0;
+  options.extras = (flags & GPUMEM_MONITOR_EXTRAS) != 0;
   auto r = std::make_unique<Reader>(Reader{monitor::make_sampler(s.nvml, s.gpus, options),
                                            tui::Gatherer((flags & GPUMEM_MONITOR_ALLOCATORS) != 0,
                                                          (flags & GPUMEM_MONITOR_HOLDERS) != 0)});

@@ -97,11 +97,12 @@ void Gatherer::gather(monitor::Sampler& sampler, TopData& next, const TopData* p
     }
   }
   prev_ticks_ = std::move(ticks);
-  if (use_control_) {
+  if (use_control_ && !next.rows.empty()) {  // no GPU process, no socket to look for
     try {
       std::map<int, int> rows_of_pid;
       for (const ProcRow& r : next.rows) ++rows_of_pid[r.pid];
       for (const control::ProcessRef& ref : control::list_processes(geteuid() == 0)) {
+        if (!rows_of_pid.count(ref.pid)) continue;  // a gpumem process on no GPU here: its stats fill no row
         control::ProcessReport rep;
         try {
           rep = control::stats(ref.pid, std::chrono::milliseconds(300));

@@ -120,6 +120,18 @@ TEST_F(MonitorCApi, SampleHasEveryGpuInBytesWithProcessesAndLostGpus) {
   EXPECT_EQ(without["gpus"][0]["memory_used_bytes"], 20480ull << 20);
 }
 
+TEST_F(MonitorCApi, ExtrasOnlyWhenAskedFor) {
+  const auto plain = sample_doc(GPUMEM_MONITOR_PROCESSES)["gpus"][0];
+  for (const char* key : {"memory_temperature_c", "energy_mj", "pcie_replays", "encoder_percent", "bar1_used_bytes",
+                          "ecc_corrected", "ecc_uncorrected"})
+    EXPECT_TRUE(plain[key].is_null()) << key;
+  const auto extras = sample_doc(GPUMEM_MONITOR_PROCESSES | GPUMEM_MONITOR_EXTRAS)["gpus"][0];
+  EXPECT_EQ(extras["memory_temperature_c"], 70);
+  EXPECT_EQ(extras["bar1_used_bytes"], 1048576);
+  EXPECT_EQ(extras["ecc_uncorrected"], 0);
+  EXPECT_EQ(extras["memory_used_bytes"], plain["memory_used_bytes"]);
+}
+
 TEST_F(MonitorCApi, UnsupportedFieldsAreNull) {
   use("unsupported.txt");
   auto j = sample_doc(GPUMEM_MONITOR_PROCESSES);

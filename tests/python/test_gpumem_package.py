@@ -146,7 +146,7 @@ class Monitoring(unittest.TestCase):
     def test_library_and_binary_give_one_document(self):
         def without_times(doc):
             return {k: v for k, v in doc.items() if k not in ("taken_at", "nvml_ms")}
-        library = _monitor.sample(processes=True, allocators=True, holders=True)
+        library = _monitor.sample(processes=True, allocators=True, holders=True, extras=True)
         self.assertEqual(without_times(library), without_times(_monitor._sample_from_binary()))
         self.assertEqual(library["schema"], 1)
 
