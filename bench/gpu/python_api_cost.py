@@ -173,6 +173,8 @@ def main():
         print("FAIL libgpumem_monitor.so was not loaded: gpumem.gpus() runs the binary")
     _native.reset()  # the in-process rows start from a closed NVML, so "first" includes opening it
     rows = [measure("gpumem.gpus() in process", gpumem.gpus, gpumem.gpus, N),
+            measure("gpumem.gpus(with_allocators=False)", lambda: gpumem.gpus(with_allocators=False),
+                    lambda: gpumem.gpus(with_allocators=False), N),
             measure("gpumem.gpus(with_processes=False)", lambda: gpumem.gpus(with_processes=False),
                     lambda: gpumem.gpus(with_processes=False), N)]
     force_binary(True)
@@ -201,7 +203,7 @@ def main():
     for name, median, p90, cpu, first, n in rows:
         print(f"| {name} | {median:.3f} | {p90:.3f} | {cpu:.3f} | {first:.1f} | {n} |")
     ours = rows[0]
-    for other in rows[2:]:
+    for other in rows[3:]:
         print(f"COST gpumem.gpus() vs {other[0]}: wall x{other[1] / ours[1]:.2f}, CPU x{other[3] / max(ours[3], 1e-9):.2f}")
     return 1 if kind != "library" else 0
 
