@@ -30,6 +30,7 @@ CommandRunner setup_summary(CLI::App& app) {
       tui::SummaryOptions s;
       s.json = o->json;
       s.full = o->full;
+      if (s.full && !s.json) throw monitor::UsageError("--full goes with --json (the full sample document).");
       if (o->watch_given || app.count("--watch")) s.watch_s = o->watch.empty() ? 1.0 : parse_seconds_ms("--watch", o->watch) / 1000.0;
       const char* no_color = std::getenv("NO_COLOR");
       s.color = isatty(STDOUT_FILENO) && !(no_color && *no_color);
