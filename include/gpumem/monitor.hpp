@@ -2,7 +2,8 @@
 // read: one sample of every selected GPU, taken once per tick. Contract: every field a GPU may not
 // support is optional (absent = NVML could not answer; `error` on the GPU says why when the whole GPU
 // failed), a sample never throws for a failing GPU, and Sampler::sample() makes each NVML call at most
-// once. Identity (name, UUID, bus id) is read once; the power limit at most once a second.
+// once. Identity (name, UUID, bus id) is read once; the power limit at most once a second; a field the GPU
+// answered "not supported" is not asked again.
 #pragma once
 #include <chrono>
 #include <memory>
