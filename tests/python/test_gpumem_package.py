@@ -155,6 +155,7 @@ class MonitoringThroughBinary(Monitoring):
     """The same, where libgpumem_monitor.so cannot be loaded: one run of `gpumem --json --full` per sample."""
     backend = ("binary", os.path.join(BUILD, "gpumem"))
     cached = 1024 << 20  # each run opens NVML afresh
+    test_library_and_binary_give_one_document = None  # both sides would be the binary here
 
     def use(self, env):
         env["GPUMEM_MONITOR_LIBRARY"] = "/nonexistent/libgpumem_monitor.so"
