@@ -207,7 +207,8 @@ def main():
         holder = {}
         rows.append(measure("pynvml loop, same fields", lambda: holder.setdefault("s", pynvml_loop())(),
                             lambda: holder["s"](), N, fresh="pynvml"))
-    except ImportError:
+    except Exception as e:  # not installed (ImportError), or a pynvml that does not fit this driver
+        print(f"SKIP pynvml: {type(e).__name__}: {e}; the same calls through ctypes instead")
         holder = {}
         rows.append(measure("raw NVML (ctypes) loop, same fields (no pynvml)",
                             lambda: holder.setdefault("s", RawNvml()).sample(), lambda: holder["s"].sample(), N,
