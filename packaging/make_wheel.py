@@ -50,7 +50,8 @@ def build(build_dir, source_dir, version, out_dir):
         for name in BINARIES:
             src = os.path.join(build_dir, name)
             if not os.path.isfile(src):
-                raise SystemExit(f"make_wheel: {src} is missing; build the targets gpumem, gpumem_shared and gpumem_monitor_shared first")
+                raise SystemExit(f"make_wheel: {src} is missing; build the targets gpumem, gpumem_shared and "
+                                 "gpumem_monitor_shared first")
             dst = os.path.join(tmp, name)
             stripped_copy(src, dst)
             files[f"gpumem/_bin/{name}"] = (dst, name == "gpumem")

@@ -97,11 +97,13 @@ class RawNvml:
                 continue
             name, uuid = ctypes.create_string_buffer(96), ctypes.create_string_buffer(96)
             pci, mem, util = self.Pci(), self.Memory(), self.Util()
+            mem_ok = lib.nvmlDeviceGetMemoryInfo(h, ctypes.byref(mem)) == 0
+            util_ok = lib.nvmlDeviceGetUtilizationRates(h, ctypes.byref(util)) == 0
             g = {"name": name.value if lib.nvmlDeviceGetName(h, name, 96) == 0 else None,
                  "uuid": uuid.value if lib.nvmlDeviceGetUUID(h, uuid, 96) == 0 else None,
                  "bus_id": pci.bus_id if lib.nvmlDeviceGetPciInfo_v3(h, ctypes.byref(pci)) == 0 else None,
-                 "memory": (mem.total, mem.used, mem.free) if lib.nvmlDeviceGetMemoryInfo(h, ctypes.byref(mem)) == 0 else None,
-                 "util": (util.gpu, util.memory) if lib.nvmlDeviceGetUtilizationRates(h, ctypes.byref(util)) == 0 else None,
+                 "memory": (mem.total, mem.used, mem.free) if mem_ok else None,
+                 "util": (util.gpu, util.memory) if util_ok else None,
                  "temperature": self._uint(lib.nvmlDeviceGetTemperature, h, 0),
                  "power": self._uint(lib.nvmlDeviceGetPowerUsage, h),
                  "power_limit": self._uint(lib.nvmlDeviceGetEnforcedPowerLimit, h),

@@ -56,7 +56,8 @@ struct TopData {
 // %CPU and history need.
 class Gatherer {
  public:
-  explicit Gatherer(bool use_control, bool scan_holders = true) : use_control_(use_control), scan_holders_(scan_holders) {}
+  explicit Gatherer(bool use_control, bool scan_holders = true)
+      : use_control_(use_control), scan_holders_(scan_holders) {}
   void gather(monitor::Sampler& sampler, TopData& next, const TopData* prev);
 
  private:

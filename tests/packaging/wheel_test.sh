@@ -10,7 +10,8 @@ fail() { echo "FAIL $*" >&2; exit 1; }
 
 version=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' "$build/CMakeCache.txt")
 wheel=$(python3 "$src/packaging/make_wheel.py" "$build" "$src" "$version" "$tmp/dist")
-need=$(objdump -T "$build/gpumem" "$build/libgpumem.so" "$build/libgpumem_monitor.so" | grep -o 'GLIBC_2\.[0-9]*' | sort -uV | tail -1)
+need=$(objdump -T "$build/gpumem" "$build/libgpumem.so" "$build/libgpumem_monitor.so" | grep -o 'GLIBC_2\.[0-9]*' |
+       sort -uV | tail -1)
 [[ $(basename "$wheel") == "gpumem-$version-py3-none-manylinux_2_${need#GLIBC_2.}_x86_64.whl" ]] \
   || fail "wheel name $(basename "$wheel") does not match the binaries' $need"
 
