@@ -16,6 +16,9 @@ check() { if eval "$2"; then echo "PASS $1"; else echo "FAIL $1"; fails=$((fails
 
 echo "wheel: $(basename "$wheel"); glibc here: $(ldd --version | head -1)"
 python3 -m venv --system-site-packages "$tmp/venv" || { echo "FAIL python3 -m venv"; exit 1; }
+# PyTorch may sit outside the system site (a user site, another prefix): the venv sees it through a .pth.
+torch_root=$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))' 2>/dev/null) &&
+  echo "$torch_root" > "$("$tmp/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/system_torch.pth"
 check "pip install --no-index the wheel" '"$tmp/venv/bin/python" -m pip install -q --no-index "$wheel"'
 export PATH="$tmp/venv/bin:$PATH"
 cd "$tmp"

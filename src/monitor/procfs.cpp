@@ -118,6 +118,7 @@ HolderScan scan_device_holders(const std::string& dev_dir) {
   while (dirent* e = readdir(proc)) {
     if (!all_digits(e->d_name)) continue;
     int pid = std::atoi(e->d_name);
+    if (pid == getpid()) continue;  // a monitor holds the nodes itself (NVML): it never lists itself
     std::string fd_dir = std::string("/proc/") + e->d_name + "/fd";
     DIR* fds = opendir(fd_dir.c_str());
     if (!fds) {
