@@ -40,11 +40,16 @@ std::size_t Arena::chunk_quantum() const {
   return round_up(q, granularity_);
 }
 
+DevicePtr Arena::page_start(DevicePtr addr, std::size_t size) const noexcept {
+  const DevicePtr at = round_up(addr, granularity_);
+  return at - addr > size / 2 ? addr : at;
+}
+
 DevicePtr Arena::start_in(const Block* b, std::size_t size) const noexcept {
-  if (size % granularity_) return b->addr;
+  if (size % granularity_ || b->addr % granularity_ == 0) return b->addr;
   if (b->end() % granularity_ == 0 && b->end() != b->region->base + b->region->top)
-    return b->end() - size;  // the free rest stays one range, before it
-  const DevicePtr at = round_up(b->addr, granularity_);
+    return b->end() - size;  // the free rest stays one range, in front
+  const DevicePtr at = page_start(b->addr, size);
   return at + size <= b->end() ? at : 0;
 }
 
@@ -85,7 +90,7 @@ Block* Arena::grow_virtual(std::size_t size) {
   std::size_t need = round_up(size, granularity_);
   if (tail) {
     const bool whole_pages = align_blocks_ && size % granularity_ == 0;
-    const DevicePtr start = whole_pages ? round_up(tail->addr, granularity_) : tail->addr;
+    const DevicePtr start = whole_pages ? page_start(tail->addr, size) : tail->addr;  // as start_in puts it
     need = round_up(start + size - std::min(start + size, r->base + r->top), granularity_);
   }
   if (!r || r->top + need > r->size) {

@@ -109,12 +109,15 @@ class Arena {
   // it would straddle one page more, and every free range it leaves would keep a part-page at each
   // end, used by neither stitching nor empty_cache() while the neighbours live (llama_generate at
   // 2 MiB pages: 16 MiB of such part-pages at the peak). Other sizes stay packed: aligning them would
-  // leave a gap before each one (up to a page) that often nothing fills.
-  // Where `size` bytes go in free block `b` (at least `size` bytes): other sizes at its start; whole
-  // pages at its end when that is a page boundary (the free rest stays one range in front, whatever
-  // its start; not at the region's top, where the rest must stay to grow into), else at its first page
-  // boundary; 0 when they do not fit on a boundary in `b`.
+  // leave a gap before each one that often nothing fills.
+  // Where `size` bytes go in free block `b` (at least `size` bytes): at its start when that is a page
+  // boundary or `size` is not whole pages; else at its end when that is a page boundary (the free rest
+  // stays one range, in front; never at the region's top, where the rest must stay to grow into);
+  // else at its first page boundary (page_start); 0 when they do not fit there.
   DevicePtr start_in(const Block* b, std::size_t size) const noexcept;
+  // The first page boundary from `addr`, unless the gap it leaves would exceed half of `size`: then
+  // `addr`, packed: a gap over half the block costs more than the page its alignment saves.
+  DevicePtr page_start(DevicePtr addr, std::size_t size) const noexcept;
   Block* find_aligned(Block* fit, std::size_t size) const noexcept;
   // Splits free block `b` at `at` (inside it): the front part stays free; returns the part from `at`.
   Block* split_free(Block* b, DevicePtr at);
