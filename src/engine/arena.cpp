@@ -55,7 +55,7 @@ DevicePtr Arena::start_in(const Block* b, std::size_t size) const noexcept {
 
 Block* Arena::find_aligned(Block* fit, std::size_t size) const noexcept {
   if (start_in(fit, size)) return fit;
-  // Any block this large holds it on a page boundary (addresses are multiples of kMinBlock).
+  // Any block this large holds it where start_in puts it (addresses are multiples of kMinBlock).
   Block* roomy = free_.find(size + granularity_ - kMinBlock);
   return roomy ? roomy : fit;
 }
