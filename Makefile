@@ -36,7 +36,7 @@ test: test-fast test-asan test-tsan
 # Packages (packaging/): a .deb of the `cmake --install` tree (CPack), and a Python wheel.
 deb: deps
 	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
-	@cmake --build $(BUILD) -j $(JOBS) --target gpumem gpumem_shared
+	@cmake --build $(BUILD) -j $(JOBS) --target gpumem gpumem_shared gpumem_monitor_shared
 	cd $(BUILD) && cpack -G DEB
 
 wheel: deps

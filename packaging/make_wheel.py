@@ -2,7 +2,7 @@
 .dist-info holding METADATA, WHEEL, entry_points.txt and RECORD; PEP 427). Contents:
   gpumem/              the Python package (python/gpumem/: monitoring API, notebook helpers)
   gpumem/_bin/         the gpumem binary, libgpumem.so and the PyTorch shim, together as in the build folder,
-                       so `gpumem run` finds them beside itself
+                       so `gpumem run` finds them beside itself; libgpumem_monitor.so, which gpumem.gpus() loads
 The console entry point `gpumem` (gpumem._cli:main) execs gpumem/_bin/gpumem. gpumem-exporter stays out: it
 needs Debian's cpp-httplib, which other distributions lack (`gpumem exporter` then says so).
 The platform tag is manylinux_2_X_x86_64 with X the highest GLIBC_2.X symbol version the binaries import
@@ -20,7 +20,7 @@ import sys
 import tempfile
 import zipfile
 
-BINARIES = ["gpumem", "libgpumem.so"]
+BINARIES = ["gpumem", "libgpumem.so", "libgpumem_monitor.so"]
 SHIM = ["gpumem_torch.py", "gpumem_ipc.py", "gpumem_history.py", "gpumem_sitecustomize.py"]
 
 
@@ -50,7 +50,8 @@ def build(build_dir, source_dir, version, out_dir):
         for name in BINARIES:
             src = os.path.join(build_dir, name)
             if not os.path.isfile(src):
-                raise SystemExit(f"make_wheel: {src} is missing; build the targets gpumem and gpumem_shared first")
+                raise SystemExit(f"make_wheel: {src} is missing; build the targets gpumem, gpumem_shared and "
+                                 "gpumem_monitor_shared first")
             dst = os.path.join(tmp, name)
             stripped_copy(src, dst)
             files[f"gpumem/_bin/{name}"] = (dst, name == "gpumem")

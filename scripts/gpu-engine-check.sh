@@ -90,6 +90,10 @@ for w in workloads:
         if r:
             s = sorted(r["step_ms"])
             print(f"  {name}: first step {r['step_ms'][0]:.0f} ms, the rest {sum(r['step_ms'][1:]):.0f} ms, median {s[len(s) // 2]:.1f} ms")
+            d = r.get("driver") or {}
+            if d:  # where the allocator's own time went: driver calls per kind, calls / milliseconds
+                print("    driver: " + ", ".join(f"{k} {d.get(k + '.calls', 0)} / {d.get(k + '.us', 0) / 1e3:.1f} ms"
+                                               for k in ("create", "map", "access", "unmap", "release", "sync")))
     lim = load(f"{w}_limit")
     print(f"| {w} | {sum(n['step_ms']):.0f} | {n['peak_reserved'] / n['peak_live']:.4f} | " + " | ".join(cells)
           + (f" | completed, {sum(lim['step_ms']) / sum(n['step_ms']):.4f} ({sum(lim['step_ms'][1:]) / sum(n['step_ms'][1:]):.4f}) |"

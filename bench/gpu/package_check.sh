@@ -2,7 +2,8 @@
 # The wheel on the GPU machine (issue 13): installs build/dist/gpumem-*.whl (or $1) offline into a fresh
 # virtual environment that sees the system's PyTorch, then from another directory: gpumem --version and info,
 # `gpumem run` of a PyTorch program, gpumem.gpus() against nvidia-smi's memory.used, the notebook helpers
-# under PyTorch's allocator and under gpumem's, and the cost per sample of gpumem.gpus() vs pynvml / GPUtil.
+# under PyTorch's allocator and under gpumem's, and the cost per sample of gpumem.gpus() (in process through the
+# wheel's libgpumem_monitor.so) vs pynvml (or raw NVML) / nvidia-smi as GPUtil runs it (python_api_cost.py).
 # Prints PASS/FAIL/COST lines; exit 1 if any FAIL. Usage: bench/gpu/package_check.sh [path/to/gpumem.whl]
 set -uo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -34,8 +35,13 @@ smi = [int(l) for l in subprocess.run([\"nvidia-smi\", \"--query-gpu=memory.used
 ours = [g.memory_used >> 20 for g in gpumem.gpus()]
 print(\"nvidia-smi\", smi, \"gpumem\", ours)
 assert len(smi) == len(ours) and all(abs(a - b) <= 64 for a, b in zip(smi, ours))"'
+check "gpumem.gpus() reads in process through the wheel's libgpumem_monitor.so" 'python -c "
+import gpumem._monitor as m
+kind, where = m.backend()
+print(kind, where)
+assert kind == \"library\" and where.endswith(\"/gpumem/_bin/libgpumem_monitor.so\")"'
 check "notebook helpers under PyTorch's allocator" 'python "$src/bench/gpu/package_notebook.py"'
 check "notebook helpers under gpumem's allocator" 'gpumem run -q -- python "$src/bench/gpu/package_notebook.py"'
-python "$src/bench/gpu/package_bench.py" || { echo "FAIL package_bench.py"; fails=$((fails + 1)); }
+python "$src/bench/gpu/python_api_cost.py" || { echo "FAIL python_api_cost.py"; fails=$((fails + 1)); }
 echo "package_check: $fails failed"
 ((fails == 0))

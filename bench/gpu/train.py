@@ -153,6 +153,8 @@ def main():
         "peak_allocated": stats["allocated_bytes.all.peak"],
         "peak_reserved": stats["reserved_bytes.all.peak"],
         "device_allocs": stats.get("num_device_alloc", stats.get("segment.all.allocated", 0)),
+        # gpumem only: driver calls per kind and the microseconds spent in them over the whole run
+        "driver": {k[len("gpumem.driver."):]: v for k, v in stats.items() if k.startswith("gpumem.driver.")},
     }
     with open(args.out, "w") as f:
         json.dump(result, f)

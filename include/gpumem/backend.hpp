@@ -3,7 +3,8 @@
 // Contract (every implementation passes tests/backends/conformance_test.cpp):
 //  - Virtual ranges: reserve(bytes) returns a base aligned to granularity() whose pages are unmapped;
 //    release_range() gives it back (all mappings inside must have been unmapped first).
-//  - Physical chunks: create_chunk(bytes) (a multiple of granularity()) returns a handle to physical memory;
+//  - Physical chunks: create_chunk(bytes) (a multiple of granularity()) returns a handle to physical memory
+//    (create_paged_chunk: the same in pages of large_page(), see there);
 //    map(va, bytes, chunk, offset) makes [va, va+bytes) read/write from chunk[offset, offset+bytes);
 //    va, bytes and offset are multiples of granularity(). map_run(va, calls) maps several such calls one
 //    after another from va, all or none, and grants access once for the whole run (the costly step on
@@ -58,6 +59,9 @@ struct BackendCallCounts {
   // cuMemUnmap and cuMemRelease per page (the driver maps a physical allocation only whole) and one
   // cuMemSetAccess per map(); the sim backend counts what CUDA would do; host: one system call each.
   std::uint64_t driver_creates = 0, driver_maps = 0, driver_unmaps = 0, driver_releases = 0, access_sets = 0;
+  // Wall time spent inside those driver calls and in stream/device synchronization, in nanoseconds: what
+  // each kind of call costs on the running workload (CUDA backend; 0 where no driver is called).
+  std::uint64_t create_ns = 0, map_ns = 0, access_ns = 0, unmap_ns = 0, release_ns = 0, sync_ns = 0;
   // Calls that acquire or give back physical memory or change mappings: what "device calls" reports.
   std::uint64_t device_calls() const {
     return creates + maps + unmaps + chunk_releases + plain_allocs + plain_frees;
@@ -81,6 +85,16 @@ class Backend {
   virtual void release_range(DevicePtr base, std::size_t bytes) noexcept = 0;
 
   virtual ChunkHandle create_chunk(std::size_t bytes) = 0;
+  // Large pages: create_paged_chunk(bytes, large_page()) makes a chunk of physical allocations of
+  // large_page() bytes each (a multiple of granularity()), so mapping it costs bytes / large_page() driver
+  // calls instead of bytes / granularity(). Such a chunk is mapped, released in part and shared only in
+  // whole pages: map / release_chunk_part / export_pages offsets and sizes are multiples of its page.
+  // Backends whose pages cost nothing apart keep the default (large_page() == granularity()).
+  virtual std::size_t large_page() const noexcept { return granularity(); }
+  virtual ChunkHandle create_paged_chunk(std::size_t bytes, std::size_t page) {
+    (void)page;
+    return create_chunk(bytes);
+  }
   virtual void release_chunk(ChunkHandle chunk) noexcept = 0;
   virtual void map(DevicePtr va, std::size_t bytes, ChunkHandle chunk, std::size_t offset) = 0;
   virtual void unmap(DevicePtr va, std::size_t bytes) noexcept = 0;

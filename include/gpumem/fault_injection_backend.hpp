@@ -37,6 +37,8 @@ class FaultInjectionBackend final : public Backend {
   DevicePtr reserve(std::size_t bytes) override;
   void release_range(DevicePtr base, std::size_t bytes) noexcept override;
   ChunkHandle create_chunk(std::size_t bytes) override;
+  std::size_t large_page() const noexcept override { return inner_->large_page(); }
+  ChunkHandle create_paged_chunk(std::size_t bytes, std::size_t page) override;
   void release_chunk(ChunkHandle chunk) noexcept override;
   bool release_chunk_part(ChunkHandle chunk, std::size_t offset, std::size_t bytes) noexcept override;
   void map(DevicePtr va, std::size_t bytes, ChunkHandle chunk, std::size_t offset) override;

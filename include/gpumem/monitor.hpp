@@ -2,7 +2,8 @@
 // read: one sample of every selected GPU, taken once per tick. Contract: every field a GPU may not
 // support is optional (absent = NVML could not answer; `error` on the GPU says why when the whole GPU
 // failed), a sample never throws for a failing GPU, and Sampler::sample() makes each NVML call at most
-// once. Identity (name, UUID, bus id) is read once; the power limit at most once a second.
+// once. Identity (name, UUID, bus id) is read once; the power limit at most once a second; a field the GPU
+// answered "not supported" is not asked again.
 #pragma once
 #include <chrono>
 #include <memory>
@@ -61,6 +62,9 @@ struct SampleSet {
 struct SamplerOptions {
   std::string ids;         // nvidia-smi's -i: indices, UUIDs or bus ids, comma separated; empty = all
   bool processes = true;   // read the compute and graphics process lists
+  // memory temperature, energy, PCIe replays, encoder/decoder/JPEG/OFA utilization, BAR1, ECC counts: 10
+  // NVML calls per GPU that the query-style views (gpumem.gpus()) do not show; absent when false
+  bool extras = true;
   bool pcie = false;       // measure PCIe throughput on a background thread (its calls block ~20 ms)
   bool process_utilization = false;  // %SM per process (one more NVML call per GPU)
   bool violations = false;           // power/thermal violation rates (two calls per GPU, rates from the previous sample)

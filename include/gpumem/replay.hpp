@@ -22,8 +22,11 @@ namespace gpumem::trace {
 
 inline constexpr std::uint64_t kDefaultReplayCapacity = std::uint64_t(1) << 40;  // 1 TiB: effectively unbounded
 
-// The sim device's page (map granularity): that of the CUDA backend by default, so replays predict it.
+// The sim device's large page (Backend::large_page) and granule, those of the CUDA backend by default so
+// replays predict it: large chunks in 16 MiB pages, the rest in the driver's 2 MiB granules. A smaller
+// page makes it the granule too.
 inline constexpr std::uint64_t kDefaultReplayPage = std::uint64_t(16) << 20;
+inline constexpr std::uint64_t kReplayGranule = std::uint64_t(2) << 20;
 
 struct ReplayOptions {
   std::uint64_t capacity = kDefaultReplayCapacity;  // the sim device's physical memory

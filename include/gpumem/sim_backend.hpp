@@ -16,6 +16,7 @@ namespace gpumem {
 struct SimBackendOptions {
   std::size_t capacity = std::size_t(80) << 30;  // bytes of physical memory the simulated device has
   std::size_t granularity = std::size_t(2) << 20;
+  std::size_t large_page = 0;  // Backend::large_page(); 0: granularity (every page the same)
   bool virtual_memory = true;
   bool manual_events = false;
 };
@@ -30,6 +31,8 @@ class SimBackend final : public Backend {
   DevicePtr reserve(std::size_t bytes) override;
   void release_range(DevicePtr base, std::size_t bytes) noexcept override;
   ChunkHandle create_chunk(std::size_t bytes) override;
+  std::size_t large_page() const noexcept override { return options_.large_page; }
+  ChunkHandle create_paged_chunk(std::size_t bytes, std::size_t page) override;
   void release_chunk(ChunkHandle chunk) noexcept override;
   void map(DevicePtr va, std::size_t bytes, ChunkHandle chunk, std::size_t offset) override;
   void unmap(DevicePtr va, std::size_t bytes) noexcept override;
@@ -55,7 +58,10 @@ class SimBackend final : public Backend {
   std::atomic<std::size_t> used_{0};  // read by mem_info() from any thread
   DevicePtr next_va_;
   ChunkHandle next_chunk_ = 1;
-  std::unordered_map<ChunkHandle, std::size_t> chunks_;          // handle -> bytes
+  struct Chunk {
+    std::size_t bytes = 0, page = 0;
+  };
+  std::unordered_map<ChunkHandle, Chunk> chunks_;
   std::unordered_map<DevicePtr, std::size_t> mappings_;          // va -> bytes
   std::unordered_map<DevicePtr, std::size_t> plain_;             // plain allocations
   std::unordered_map<ChunkHandle, std::size_t> chunk_map_count_; // mappings per chunk

@@ -60,6 +60,12 @@ struct DeviceStats {
   // gpumem's own counters
   std::int64_t num_maps = 0, num_unmaps = 0, num_stitches = 0;
   std::int64_t num_invalid_frees = 0;
+  // Driver calls behind the maps (one per page) and the time spent in them, per kind: create (cuMemCreate),
+  // map (cuMemMap), access (cuMemSetAccess), unmap, release, sync (stream / device synchronization).
+  struct DriverCalls {
+    std::int64_t calls = 0, ns = 0;
+  };
+  DriverCalls driver_create, driver_map, driver_access, driver_unmap, driver_release, driver_sync;
 
   // Flat "key.pool.metric" -> value, exactly the keys torch.cuda.memory_stats() returns.
   std::map<std::string, std::int64_t> as_map() const;

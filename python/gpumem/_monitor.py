@@ -1,27 +1,32 @@
-"""gpus(), processes(), watch(): GPU and process samples read by the gpumem binary (the monitor Sampler over
-NVML, /proc and the control channel), through its JSON: `gpumem query --format json` for the GPU fields,
-`gpumem ps --json` for the processes, `gpumem stats --all --json` for what gpumem processes allocated. Fields a GPU does not support are None. A machine without a driver or
-NVML raises NoDriverError (the binary's exit code 4); any other failure GpumemError with its sentence."""
+"""gpus(), processes(), watch(): GPU and process samples from the monitor gpumem's CLI uses (its Sampler over
+NVML, /proc and the control channel), read in this process through libgpumem_monitor.so and ctypes
+(_native.py; NVML stays open between samples), or, where that library cannot be loaded, from one run of
+`gpumem --json --full`: the same JSON document either way (src/tui/sample_json.hpp). Fields a GPU does not
+support are None. A machine without a driver, NVML or GPU raises NoDriverError; any other failure
+GpumemError with its sentence."""
 import json
 import subprocess
 import time
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from . import _binary
+from . import _binary, _native
 from ._binary import GpumemError
 
-MIB = 1 << 20
-
-# query field -> (attribute, scale): memory comes in MiB, power in W, clocks in MHz.
+# document key -> attribute; memory in bytes, power in W (the document has mW), clocks in MHz
 _GPU_FIELDS = {
-    "index": ("index", None), "name": ("name", None), "uuid": ("uuid", None), "pci.bus_id": ("bus_id", None),
-    "memory.total": ("memory_total", MIB), "memory.used": ("memory_used", MIB),
-    "memory.free": ("memory_free", MIB), "memory.reserved": ("memory_reserved", MIB),
-    "utilization.gpu": ("utilization", None), "utilization.memory": ("memory_utilization", None),
-    "temperature.gpu": ("temperature", None), "power.draw": ("power", None), "power.limit": ("power_limit", None),
-    "clocks.current.sm": ("clock_sm", None), "clocks.current.graphics": ("clock_graphics", None),
-    "clocks.current.memory": ("clock_memory", None), "pstate": ("pstate", None),
+    "index": "index", "name": "name", "uuid": "uuid", "bus_id": "bus_id",
+    "memory_total_bytes": "memory_total", "memory_used_bytes": "memory_used", "memory_free_bytes": "memory_free",
+    "memory_reserved_bytes": "memory_reserved", "utilization_gpu_percent": "utilization",
+    "utilization_memory_percent": "memory_utilization", "temperature_c": "temperature",
+    "power_mw": "power", "power_limit_mw": "power_limit", "clock_sm_mhz": "clock_sm",
+    "clock_graphics_mhz": "clock_graphics", "clock_memory_mhz": "clock_memory", "pstate": "pstate",
+    "fan_percent": "fan", "error": "error",
+}
+_PROCESS_FIELDS = {
+    "pid": "pid", "used_memory_bytes": "used_memory", "user": "user", "command": "command",
+    "container": "container", "kind": "kind", "allocated_bytes": "allocated", "reserved_bytes": "reserved",
+    "allocated_peak_bytes": "peak_allocated",
 }
 
 
@@ -37,7 +42,7 @@ class Process:
     user: Optional[str] = None
     command: Optional[str] = None
     container: Optional[str] = None
-    kind: Optional[str] = None  # "compute", "graphics", "gone", ... as `gpumem ps` says
+    kind: Optional[str] = None  # "context", "no_context" (holds the device node only), "gone"
     # Processes running on gpumem's allocator (gpumem run), through the control channel; else None.
     allocated: Optional[int] = None
     reserved: Optional[int] = None
@@ -63,78 +68,82 @@ class GPU:
     clock_graphics: Optional[int]
     clock_memory: Optional[int]
     pstate: Optional[str]
+    fan: Optional[int] = None  # percent
+    error: Optional[str] = None  # why the GPU could not be read at all ("GPU is lost"); then the rest is None
     processes: List[Process] = field(default_factory=list)
 
 
-def _run_json(*args, accept=(0,)):
+def _sample_from_binary():
+    exe = _binary.path()
     try:
-        r = subprocess.run([_binary.path(), *args], capture_output=True, text=True, timeout=60)
+        r = subprocess.run([exe, "--json", "--full"], capture_output=True, text=True, timeout=60)
     except OSError as e:
-        raise GpumemError(f"gpumem: cannot run {_binary.path()}: {e.strerror}") from None
+        raise GpumemError(f"gpumem: cannot run {exe}: {e.strerror}") from None
     except subprocess.TimeoutExpired:
-        raise GpumemError(f"gpumem {args[0]} gave no answer in 60 s") from None
+        raise GpumemError("gpumem --json --full gave no answer in 60 s") from None
     if r.returncode == 4:
         raise NoDriverError(r.stderr.strip() or "gpumem: no GPU driver or NVML")
-    if r.returncode not in accept:
-        raise GpumemError(r.stderr.strip() or f"gpumem {args[0]} failed with exit code {r.returncode}")
+    if r.returncode != 0:
+        raise GpumemError(r.stderr.strip() or f"gpumem --json --full failed with exit code {r.returncode}")
     return json.loads(r.stdout)
 
 
-def _scaled(value, scale):
-    return value * scale if value is not None and scale else value
+def backend():
+    """"library" (path) when samples are read in this process, else "binary" (path): what gpus() uses."""
+    lib = _native.path()
+    return ("library", lib) if lib else ("binary", _binary.path())
+
+
+def sample(processes=True, allocators=True, holders=False, extras=False):
+    """The raw sample document (a dict; keys in src/tui/sample_json.hpp), read with these parts (extras: ECC,
+    BAR1, energy, engine utilizations...; the binary fallback reads every part)."""
+    if _native.load() is None:
+        doc = _sample_from_binary()  # the binary reads every part; drop what was not asked for
+        for g in doc.get("gpus", []):
+            if not processes:
+                g["processes"] = None
+            elif not holders and g.get("processes"):
+                g["processes"] = [p for p in g["processes"] if p.get("kind") != "no_context"]
+        return doc
+    flags = (_native.PROCESSES if processes else 0) | (_native.ALLOCATORS if processes and allocators else 0) | \
+        (_native.HOLDERS if processes and holders else 0) | (_native.EXTRAS if extras else 0)
+    status, doc = _native.sample(flags)
+    if status == _native.NO_DEVICE:
+        raise NoDriverError(doc)
+    if status != _native.OK:
+        raise GpumemError(doc)
+    return doc
+
+
+def _process(p, gpu, with_allocators):
+    values = {attr: p.get(key) for key, attr in _PROCESS_FIELDS.items()}
+    if not with_allocators:
+        values.update(allocated=None, reserved=None, peak_allocated=None)
+    return Process(gpu=gpu, **values)
+
+
+def _gpu(g, with_allocators):
+    values = {attr: g.get(key) for key, attr in _GPU_FIELDS.items()}
+    for watts in ("power", "power_limit"):
+        if values[watts] is not None:
+            values[watts] = values[watts] / 1000.0
+    procs = [_process(p, g.get("index"), with_allocators) for p in g.get("processes") or []]
+    return GPU(processes=procs, **values)
+
+
+def gpus(with_processes=True, with_allocators=True):
+    """One GPU object per GPU, with its processes (and, for gpumem processes, what their allocator holds)
+    unless with_processes=False (fewer NVML calls)."""
+    doc = sample(processes=with_processes, allocators=with_allocators)
+    return [_gpu(g, with_allocators) for g in doc.get("gpus", [])]
 
 
 def processes(with_allocators=False):
-    """Every process using a GPU (`gpumem ps`): pid, gpu, used_memory (bytes), user, command, container;
-    with_allocators=True adds allocated / reserved / peak_allocated of processes on gpumem's allocator."""
-    procs = [Process(pid=p.get("pid"), gpu=p.get("gpu"), used_memory=p.get("used_memory_bytes"), user=p.get("user"),
-                     command=p.get("command"), container=p.get("container"), kind=p.get("kind"))
-             for p in _run_json("ps", "--json").get("processes", [])]
-    if with_allocators:
-        _add_allocator_stats(procs)
-    return procs
-
-
-def _allocator_stats():
-    """{pid: [device stats]} of the gpumem processes this user may ask (5: some did not answer)."""
-    try:
-        stats = _run_json("stats", "--all", "--json", accept=(0, 5))
-    except (GpumemError, ValueError):  # the processes' numbers are extras: the GPU sample stands without them
-        return {}
-    return {s["pid"]: s.get("devices", []) for s in stats if isinstance(s, dict) and "pid" in s}
-
-
-def _add_allocator_stats(procs):
-    stats = _allocator_stats()
-    gpus_of = {}
-    for p in procs:
-        gpus_of.setdefault(p.pid, []).append(p)
-    for pid, devices in stats.items():
-        for p in gpus_of.get(pid, []):
-            # gpumem numbers devices as CUDA does in that process; with one device each, they are the same GPU.
-            match = devices if len(devices) == 1 and len(gpus_of[pid]) == 1 else \
-                [d for d in devices if d.get("device") == p.gpu]
-            if match:
-                p.allocated = match[0].get("allocated_bytes")
-                p.reserved = match[0].get("reserved_bytes")
-                p.peak_allocated = match[0].get("allocated_peak_bytes")
-
-
-def gpus(with_processes=True):
-    """One GPU object per GPU, with its processes unless with_processes=False (one read fewer)."""
-    rows = _run_json("query", "--query-gpu", ",".join(_GPU_FIELDS), "--format", "json")
-    result = []
-    for row in rows:
-        values = {attr: _scaled(row.get(key), scale) for key, (attr, scale) in _GPU_FIELDS.items()}
-        result.append(GPU(**values))
-    if with_processes and result:
-        by_index = {g.index: g for g in result}
-        procs = processes()
-        _add_allocator_stats(procs)
-        for p in procs:
-            if p.gpu in by_index:
-                by_index[p.gpu].processes.append(p)
-    return result
+    """Every process using a GPU, as `gpumem ps` lists them (processes holding a GPU's device node without a
+    context too): pid, gpu, used_memory (bytes), user, command, container, kind; with_allocators=True adds
+    allocated / reserved / peak_allocated of processes on gpumem's allocator."""
+    doc = sample(processes=True, allocators=with_allocators, holders=True)
+    return [_process(p, g.get("index"), with_allocators) for g in doc.get("gpus", []) for p in g.get("processes") or []]
 
 
 def watch(interval=1.0, count=None, with_processes=True):

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -18,6 +19,22 @@ namespace {
 using namespace gpumem::cuda;
 
 constexpr std::size_t kDefaultPage = std::size_t(16) << 20;
+
+// Adds the wall time of its scope to a counter: what each kind of driver call costs on the running workload.
+class Timed {
+ public:
+  explicit Timed(std::uint64_t& into) noexcept : into_(into), start_(std::chrono::steady_clock::now()) {}
+  ~Timed() {
+    into_ += std::uint64_t(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count());
+  }
+  Timed(const Timed&) = delete;
+  Timed& operator=(const Timed&) = delete;
+
+ private:
+  std::uint64_t& into_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 class CudaBackend final : public Backend {
  public:
@@ -67,11 +84,11 @@ class CudaBackend final : public Backend {
         d.cuDevicePrimaryCtxRelease(device_);
         check(r, "cuMemGetAllocationGranularity");
       }
-      // Each page is one cuMemCreate and one cuMemMap: bigger pages, fewer driver calls, coarser stitching.
-      // 16 MiB measured best on an H100 (LM median step 56 ms native, 56 ms at 16 MiB, 96 ms at 2 MiB:
-      // stitching maps pages while the GPU is busy, see BENCHMARKS.md).
+      // Each physical page costs one cuMemCreate, one cuMemMap and ~34 us of cuMemSetAccess on a busy
+      // H100, whatever its size (BENCHMARKS.md): large chunks are made of large pages, the rest of the
+      // driver's 2 MiB granules, so stitching and release stay fine-grained where it matters.
       const std::size_t page = page_bytes ? page_bytes : kDefaultPage;
-      granularity_ = (page + granularity_ - 1) / granularity_ * granularity_;
+      large_page_ = (page + granularity_ - 1) / granularity_ * granularity_;
     }
   }
 
@@ -87,6 +104,7 @@ class CudaBackend final : public Backend {
   const char* name() const noexcept override { return mode_ == CudaMemoryMode::plain ? "cuda-plain" : "cuda"; }
   int device() const noexcept override { return ordinal_; }
   std::size_t granularity() const noexcept override { return granularity_; }
+  std::size_t large_page() const noexcept override { return large_page_ ? large_page_ : granularity_; }
   bool supports_virtual_memory() const noexcept override { return mode_ == CudaMemoryMode::virtual_memory; }
 
   DevicePtr reserve(std::size_t bytes) override {
@@ -110,19 +128,24 @@ class CudaBackend final : public Backend {
 
   // Current drivers refuse cuMemMap at a nonzero offset (CUDA_ERROR_NOT_SUPPORTED), so a chunk is one
   // physical allocation per granule: mapping part of a chunk maps those granules' allocations.
-  ChunkHandle create_chunk(std::size_t bytes) override {
+  ChunkHandle create_chunk(std::size_t bytes) override { return create_paged_chunk(bytes, granularity_); }
+
+  ChunkHandle create_paged_chunk(std::size_t bytes, std::size_t page) override {
     require_vmm("create_chunk");
     require_aligned(bytes, "chunk size");
+    if (page != granularity_ && page != large_page()) throw BackendError("cuda backend: page size " + std::to_string(page) + " is not offered");
+    if (bytes % page) throw BackendError("cuda backend: chunk size " + std::to_string(bytes) + " is not a multiple of its page");
     ContextGuard guard(context_);
     std::vector<CUmemGenericAllocationHandle> pages;
-    pages.reserve(bytes / granularity_);
-    for (std::size_t done = 0; done < bytes; done += granularity_) {
+    pages.reserve(bytes / page);
+    Timed timed(counts_.create_ns);
+    for (std::size_t done = 0; done < bytes; done += page) {
       CUmemGenericAllocationHandle handle = 0;
-      CUresult r = driver().cuMemCreate(&handle, granularity_, &prop_, 0);
+      CUresult r = driver().cuMemCreate(&handle, page, &prop_, 0);
       ++counts_.driver_creates;
       if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY && prop_.requestedHandleTypes != 0) {
         prop_.requestedHandleTypes = 0;  // not shareable here: plain chunks from now on
-        r = driver().cuMemCreate(&handle, granularity_, &prop_, 0);
+        r = driver().cuMemCreate(&handle, page, &prop_, 0);
         ++counts_.driver_creates;
       }
       if (r != CUDA_SUCCESS) {
@@ -133,7 +156,7 @@ class CudaBackend final : public Backend {
       pages.push_back(handle);
     }
     ChunkHandle id = next_chunk_++;
-    chunks_.emplace(id, std::move(pages));
+    chunks_.emplace(id, Chunk{std::move(pages), page});
     ++counts_.creates;
     return id;
   }
@@ -147,7 +170,8 @@ class CudaBackend final : public Backend {
     if (!supports_sharing()) return Backend::export_chunk(chunk);
     auto it = chunks_.find(chunk);
     if (it == chunks_.end()) throw BackendError("cuda backend: export of an unknown chunk");
-    return export_pages(chunk, it->second.size() * granularity_, 0, it->second.size() * granularity_).fds;
+    const std::size_t bytes = it->second.pages.size() * it->second.page;
+    return export_pages(chunk, bytes, 0, bytes).fds;
   }
 
   // Only the pages asked for: the chunk's other pages may have been released on their own.
@@ -155,14 +179,15 @@ class CudaBackend final : public Backend {
     if (!supports_sharing()) return {Backend::export_chunk(chunk), 0, 0};  // throws: cannot share
     auto it = chunks_.find(chunk);
     if (it == chunks_.end()) throw BackendError("cuda backend: export of an unknown chunk");
-    if (offset % granularity_ || bytes % granularity_ || (offset + bytes) / granularity_ > it->second.size())
-      throw BackendError("cuda backend: export range lies outside its chunk");
+    const Chunk& c = it->second;
+    if (offset % c.page || bytes % c.page || (offset + bytes) / c.page > c.pages.size())
+      throw BackendError("cuda backend: export range lies outside its chunk or splits a page");
     ContextGuard guard(context_);
     ExportedPages out;
     out.imported_bytes = bytes;
-    for (std::size_t i = offset / granularity_; i < (offset + bytes) / granularity_; ++i) {
+    for (std::size_t i = offset / c.page; i < (offset + bytes) / c.page; ++i) {
       int fd = -1;
-      CUresult r = it->second[i] ? driver().cuMemExportToShareableHandle(&fd, it->second[i],
+      CUresult r = c.pages[i] ? driver().cuMemExportToShareableHandle(&fd, c.pages[i],
                                                                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)
                                  : CUDA_ERROR_INVALID_VALUE;
       if (r != CUDA_SUCCESS) {
@@ -177,9 +202,10 @@ class CudaBackend final : public Backend {
   ChunkHandle import_chunk(const std::vector<int>& fds, std::size_t bytes) override {
     require_vmm("import_chunk");
     require_aligned(bytes, "imported chunk size");
-    if (fds.size() != bytes / granularity_)
-      throw BackendError("cuda backend: " + std::to_string(fds.size()) + " descriptors for " +
-                         std::to_string(bytes / granularity_) + " pages");
+    // One descriptor per page; the exporter's pages may be large ones.
+    if (fds.empty() || bytes % fds.size() || (bytes / fds.size()) % granularity_)
+      throw BackendError("cuda backend: " + std::to_string(fds.size()) + " descriptors cannot stand for " +
+                         std::to_string(bytes) + " bytes of pages");
     ContextGuard guard(context_);
     std::vector<CUmemGenericAllocationHandle> pages;
     for (int fd : fds) {
@@ -193,7 +219,7 @@ class CudaBackend final : public Backend {
       pages.push_back(h);
     }
     ChunkHandle id = next_chunk_++;
-    chunks_.emplace(id, std::move(pages));
+    chunks_.emplace(id, Chunk{std::move(pages), bytes / fds.size()});
     ++counts_.creates;
     return id;
   }
@@ -202,7 +228,8 @@ class CudaBackend final : public Backend {
     auto it = chunks_.find(chunk);
     if (it == chunks_.end()) return;
     ContextGuardNoThrow guard(context_);
-    for (auto h : it->second) {
+    Timed timed(counts_.release_ns);
+    for (auto h : it->second.pages) {
       if (!h) continue;  // released on its own earlier
       driver().cuMemRelease(h);  // the memory goes once its mappings are gone too
       ++counts_.driver_releases;
@@ -220,57 +247,69 @@ class CudaBackend final : public Backend {
   void map_run(DevicePtr va, const std::vector<MapCall>& calls) override {
     require_vmm("map");
     require_aligned(va, "mapping address");
-    std::vector<CUmemGenericAllocationHandle> pages;
+    std::vector<std::pair<CUmemGenericAllocationHandle, std::size_t>> pages;  // handle, its size
+    std::size_t run_bytes = 0;
     for (const MapCall& c : calls) {
-      require_aligned(c.bytes, "mapping size");
-      if (c.offset % granularity_) require_aligned(c.offset, "mapping offset");  // 0 is a valid offset
       auto it = chunks_.find(c.chunk);
       if (it == chunks_.end()) throw BackendError("cuda backend: map of an unknown chunk");
-      const std::size_t first = c.offset / granularity_, n = c.bytes / granularity_;
-      if (c.bytes == 0 || first + n > it->second.size()) throw BackendError("cuda backend: map range lies outside its chunk");
+      const Chunk& chunk = it->second;
+      if (c.bytes == 0 || c.bytes % chunk.page || c.offset % chunk.page)
+        throw BackendError("cuda backend: mapping of " + std::to_string(c.bytes) + " bytes at offset " +
+                           std::to_string(c.offset) + " splits a page of " + std::to_string(chunk.page));
+      const std::size_t first = c.offset / chunk.page, n = c.bytes / chunk.page;
+      if (first + n > chunk.pages.size()) throw BackendError("cuda backend: map range lies outside its chunk");
       for (std::size_t i = first; i < first + n; ++i) {
-        if (!it->second[i]) throw BackendError("cuda backend: map of a page that was released");
-        pages.push_back(it->second[i]);
+        if (!chunk.pages[i]) throw BackendError("cuda backend: map of a page that was released");
+        pages.emplace_back(chunk.pages[i], chunk.page);
       }
+      run_bytes += c.bytes;
     }
     for (std::size_t i = 0, at = 0; i < calls.size(); at += calls[i].bytes, ++i)
       if (mappings_.count(va + at)) throw BackendError("cuda backend: address already mapped");
     ContextGuard guard(context_);
     const Driver& d = driver();
-    std::size_t mapped = 0;
+    std::size_t mapped = 0, mapped_bytes = 0;
     CUresult r = CUDA_SUCCESS;
-    while (mapped < pages.size()) {
-      r = d.cuMemMap(CUdeviceptr(va + mapped * granularity_), granularity_, 0, pages[mapped], 0);
-      ++counts_.driver_maps;
-      if (r != CUDA_SUCCESS) break;
-      ++mapped;
+    {
+      Timed timed(counts_.map_ns);
+      while (mapped < pages.size()) {
+        const auto [handle, size] = pages[mapped];
+        r = d.cuMemMap(CUdeviceptr(va + mapped_bytes), size, 0, handle, 0);
+        ++counts_.driver_maps;
+        if (r != CUDA_SUCCESS) break;
+        ++mapped;
+        mapped_bytes += size;
+      }
     }
     const char* failed = "cuMemMap";
     if (r == CUDA_SUCCESS && mapped) {
-      r = d.cuMemSetAccess(CUdeviceptr(va), mapped * granularity_, accesses_.data(), accesses_.size());
+      Timed timed(counts_.access_ns);
+      r = d.cuMemSetAccess(CUdeviceptr(va), run_bytes, accesses_.data(), accesses_.size());
       failed = "cuMemSetAccess";
       ++counts_.access_sets;
     }
     if (r != CUDA_SUCCESS) {
-      for (std::size_t i = 0; i < mapped; ++i) d.cuMemUnmap(CUdeviceptr(va + i * granularity_), granularity_);
+      for (std::size_t i = 0, at = 0; i < mapped; at += pages[i].second, ++i) d.cuMemUnmap(CUdeviceptr(va + at), pages[i].second);
       counts_.driver_unmaps += mapped;
       check(r, failed);  // leaves no partial state
     }
-    for (std::size_t i = 0, at = 0; i < calls.size(); at += calls[i].bytes, ++i) mappings_.emplace(va + at, calls[i].bytes);
+    for (std::size_t i = 0, at = 0; i < calls.size(); at += calls[i].bytes, ++i)
+      mappings_.emplace(va + at, MappedRange{calls[i].bytes, chunks_.at(calls[i].chunk).page});
     counts_.maps += calls.size();
   }
 
   // Each page is its own physical allocation: releasing some of them frees exactly those.
   bool release_chunk_part(ChunkHandle chunk, std::size_t offset, std::size_t bytes) noexcept override {
     auto it = chunks_.find(chunk);
-    if (it == chunks_.end() || offset % granularity_ || bytes % granularity_ ||
-        (offset + bytes) / granularity_ > it->second.size())
-      return false;
+    if (it == chunks_.end()) return false;
+    Chunk& c = it->second;
+    if (offset % c.page || bytes % c.page || (offset + bytes) / c.page > c.pages.size()) return false;
     ContextGuardNoThrow guard(context_);
-    for (std::size_t i = offset / granularity_; i < (offset + bytes) / granularity_; ++i) {
-      if (!it->second[i]) continue;
-      driver().cuMemRelease(it->second[i]);
-      it->second[i] = 0;
+    Timed timed(counts_.release_ns);
+    for (std::size_t i = offset / c.page; i < (offset + bytes) / c.page; ++i) {
+      if (!c.pages[i]) continue;
+      driver().cuMemRelease(c.pages[i]);
+      c.pages[i] = 0;
       ++counts_.driver_releases;
     }
     return true;
@@ -278,11 +317,12 @@ class CudaBackend final : public Backend {
 
   void unmap(DevicePtr va, std::size_t bytes) noexcept override {
     auto it = mappings_.find(va);
-    if (it == mappings_.end() || it->second != bytes) return;
+    if (it == mappings_.end() || it->second.bytes != bytes) return;
+    const std::size_t page = it->second.page;
     ContextGuardNoThrow guard(context_);
-    for (std::size_t off = 0; off < bytes; off += granularity_)
-      driver().cuMemUnmap(CUdeviceptr(va + off), granularity_);
-    counts_.driver_unmaps += bytes / granularity_;
+    Timed timed(counts_.unmap_ns);
+    for (std::size_t off = 0; off < bytes; off += page) driver().cuMemUnmap(CUdeviceptr(va + off), page);
+    counts_.driver_unmaps += bytes / page;
     mappings_.erase(it);
     ++counts_.unmaps;
   }
@@ -339,12 +379,14 @@ class CudaBackend final : public Backend {
 
   void synchronize() override {
     ContextGuard guard(context_);
+    Timed timed(counts_.sync_ns);
     check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
     ++counts_.syncs;
   }
 
   void synchronize_stream(StreamId stream) override {
     ContextGuard guard(context_);
+    Timed timed(counts_.sync_ns);
     check(driver().cuStreamSynchronize(reinterpret_cast<CUstream>(stream)), "cuStreamSynchronize");
     ++counts_.syncs;
   }
@@ -401,12 +443,21 @@ class CudaBackend final : public Backend {
   CUdevice device_ = 0;
   CUcontext context_ = nullptr;
   std::size_t granularity_ = 0;
+  std::size_t large_page_ = 0;  // pages of large chunks (create_paged_chunk); 0 in plain mode
   CUmemAllocationProp prop_{};
   CUmemAccessDesc access_{};
   std::vector<CUmemAccessDesc> accesses_;  // this device and every peer that can access it
   // What this backend handed out, so releases of unknown handles are no-ops rather than driver crashes.
-  std::unordered_map<DevicePtr, std::size_t> ranges_, mappings_;  // base -> bytes
-  std::unordered_map<ChunkHandle, std::vector<CUmemGenericAllocationHandle>> chunks_;
+  std::unordered_map<DevicePtr, std::size_t> ranges_;  // base -> bytes
+  struct MappedRange {
+    std::size_t bytes = 0, page = 0;  // page: its chunk's (one cuMemUnmap each)
+  };
+  std::unordered_map<DevicePtr, MappedRange> mappings_;
+  struct Chunk {
+    std::vector<CUmemGenericAllocationHandle> pages;  // 0 where released on its own
+    std::size_t page = 0;
+  };
+  std::unordered_map<ChunkHandle, Chunk> chunks_;
   ChunkHandle next_chunk_ = 1;
   std::unordered_set<DevicePtr> plain_;
   std::mutex events_mutex_;

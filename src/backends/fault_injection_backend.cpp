@@ -60,6 +60,13 @@ ChunkHandle FaultInjectionBackend::create_chunk(std::size_t bytes) {
   return c;
 }
 
+ChunkHandle FaultInjectionBackend::create_paged_chunk(std::size_t bytes, std::size_t page) {
+  maybe_fail(Call::create_chunk);
+  ChunkHandle c = inner_->create_paged_chunk(bytes, page);
+  mirror_counts();
+  return c;
+}
+
 void FaultInjectionBackend::release_chunk(ChunkHandle chunk) noexcept {
   inner_->release_chunk(chunk);
   mirror_counts();

@@ -15,6 +15,10 @@ SimBackend::SimBackend(SimBackendOptions options)
   if (options_.granularity == 0 || (options_.granularity & (options_.granularity - 1)) != 0)
     throw BackendError("sim backend: granularity must be a power of two, got " +
                        std::to_string(options_.granularity));
+  if (!options_.large_page) options_.large_page = options_.granularity;
+  if (options_.large_page % options_.granularity)
+    throw BackendError("sim backend: the large page must be a multiple of the granularity, got " +
+                       std::to_string(options_.large_page));
 }
 
 DevicePtr SimBackend::reserve(std::size_t bytes) {
@@ -27,37 +31,44 @@ DevicePtr SimBackend::reserve(std::size_t bytes) {
 
 void SimBackend::release_range(DevicePtr, std::size_t) noexcept { ++counts_.range_releases; }
 
-ChunkHandle SimBackend::create_chunk(std::size_t bytes) {
-  if (bytes == 0 || bytes % options_.granularity)
-    throw BackendError("sim backend: chunk size " + std::to_string(bytes) + " is not a multiple of the granularity");
+ChunkHandle SimBackend::create_chunk(std::size_t bytes) { return create_paged_chunk(bytes, options_.granularity); }
+
+// Counted as CUDA makes it: one driver allocation per page.
+ChunkHandle SimBackend::create_paged_chunk(std::size_t bytes, std::size_t page) {
+  if (page != options_.granularity && page != options_.large_page)
+    throw BackendError("sim backend: page size " + std::to_string(page) + " is neither the granularity nor the large page");
+  if (bytes == 0 || bytes % page)
+    throw BackendError("sim backend: chunk size " + std::to_string(bytes) + " is not a multiple of its page");
   if (bytes > options_.capacity - used_)
     throw OutOfMemoryError("sim backend: device full: " + format_bytes(bytes) + " requested, " +
                            format_bytes(options_.capacity - used_) + " free");
   ++counts_.creates;
-  counts_.driver_creates += bytes / options_.granularity;
+  counts_.driver_creates += bytes / page;
   used_ += bytes;
-  chunks_.emplace(next_chunk_, bytes);
+  chunks_.emplace(next_chunk_, Chunk{bytes, page});
   return next_chunk_++;
 }
 
 void SimBackend::release_chunk(ChunkHandle chunk) noexcept {
   auto it = chunks_.find(chunk);
   if (it == chunks_.end()) return;
+  const Chunk c = it->second;
   std::size_t gone = 0;  // pages released on their own before
   for (auto p = released_pages_.lower_bound({chunk, 0}); p != released_pages_.end() && p->first == chunk;) {
-    gone += options_.granularity;
+    gone += c.page;
     p = released_pages_.erase(p);
   }
   ++counts_.chunk_releases;
-  counts_.driver_releases += (it->second - gone) / options_.granularity;
-  used_ -= it->second - gone;
+  counts_.driver_releases += (c.bytes - gone) / c.page;
+  used_ -= c.bytes - gone;
   chunks_.erase(it);
 }
 
 bool SimBackend::release_chunk_part(ChunkHandle chunk, std::size_t offset, std::size_t bytes) noexcept {
   auto it = chunks_.find(chunk);
-  const std::size_t g = options_.granularity;
-  if (it == chunks_.end() || (offset | bytes) % g || offset + bytes > it->second) return false;
+  if (it == chunks_.end()) return false;
+  const std::size_t g = it->second.page;
+  if ((offset | bytes) % g || offset + bytes > it->second.bytes) return false;
   for (std::size_t at = offset; at < offset + bytes; at += g) {
     if (!released_pages_.emplace(chunk, at).second) continue;
     ++counts_.driver_releases;
@@ -69,14 +80,15 @@ bool SimBackend::release_chunk_part(ChunkHandle chunk, std::size_t offset, std::
 void SimBackend::map(DevicePtr va, std::size_t bytes, ChunkHandle chunk, std::size_t offset) {
   auto it = chunks_.find(chunk);
   if (it == chunks_.end()) throw BackendError("sim backend: map of an unknown chunk");
-  if (bytes == 0 || (va | bytes | offset) % options_.granularity || offset + bytes > it->second)
-    throw BackendError("sim backend: map range is unaligned or outside its chunk");
+  const std::size_t page = it->second.page;
+  if (bytes == 0 || va % options_.granularity || (bytes | offset) % page || offset + bytes > it->second.bytes)
+    throw BackendError("sim backend: map range is unaligned to its chunk's pages or outside the chunk");
   if (auto p = released_pages_.lower_bound({chunk, offset});
       p != released_pages_.end() && p->first == chunk && p->second < offset + bytes)
     throw BackendError("sim backend: map of a page that was released");
   if (mappings_.count(va)) throw BackendError("sim backend: address already mapped");
   ++counts_.maps;
-  counts_.driver_maps += bytes / options_.granularity;
+  counts_.driver_maps += bytes / page;
   ++counts_.access_sets;
   counts_.map_bytes += bytes;
   mappings_.emplace(va, bytes);
@@ -94,9 +106,10 @@ void SimBackend::unmap(DevicePtr va, std::size_t bytes) noexcept {
   auto it = mappings_.find(va);
   if (it == mappings_.end() || it->second != bytes) return;
   ++counts_.unmaps;
-  counts_.driver_unmaps += bytes / options_.granularity;
   mappings_.erase(it);
   auto chunk = mapping_chunk_.find(va);
+  auto owner = chunk == mapping_chunk_.end() ? chunks_.end() : chunks_.find(chunk->second);
+  counts_.driver_unmaps += bytes / (owner == chunks_.end() ? options_.granularity : owner->second.page);
   if (chunk != mapping_chunk_.end()) {
     if (--chunk_map_count_[chunk->second] == 0) chunk_map_count_.erase(chunk->second);
     mapping_chunk_.erase(chunk);

@@ -196,6 +196,13 @@ DeviceStats Allocator::Impl::collect_stats(bool locks_held, std::size_t pools) {
   const BackendCallCounts& calls = backend->call_counts();
   out.num_maps = std::int64_t(calls.maps);
   out.num_unmaps = std::int64_t(calls.unmaps);
+  auto driver = [](std::uint64_t n, std::uint64_t ns) { return DeviceStats::DriverCalls{std::int64_t(n), std::int64_t(ns)}; };
+  out.driver_create = driver(calls.driver_creates, calls.create_ns);
+  out.driver_map = driver(calls.driver_maps, calls.map_ns);
+  out.driver_access = driver(calls.access_sets, calls.access_ns);
+  out.driver_unmap = driver(calls.driver_unmaps, calls.unmap_ns);
+  out.driver_release = driver(calls.driver_releases, calls.release_ns);
+  out.driver_sync = driver(calls.syncs, calls.sync_ns);
   out.num_alloc_retries = alloc_retries.load();
   out.num_ooms = ooms.load();
   out.num_invalid_frees = invalid_frees.load();
@@ -266,9 +273,9 @@ Allocator::SharedAllocation Allocator::export_allocation(const void* ptr) {
   const auto addr = reinterpret_cast<DevicePtr>(ptr);
   bool found = d.with_live_block(addr, 0, [&](StreamPool& pool, Block* b) {
     if (b->addr != addr) throw Error("gpumem: only the start of an allocation can be shared");
-    const std::size_t page = d.backend->granularity();
-    const DevicePtr start = b->addr / page * page, end = (b->end() + page - 1) / page * page;
     const engine::Arena& arena = pool.arena(b->small).owns(b->addr) ? pool.arena(b->small) : pool.arena(!b->small);
+    const std::size_t granule = d.backend->granularity();
+    auto [start, end] = arena.page_span(b->addr / granule * granule, (b->end() + granule - 1) / granule * granule);
     std::vector<engine::Piece> pieces = arena.pieces_behind(start, end - start);
     out.offset = b->addr - start;
     out.bytes = end - start;

@@ -10,6 +10,7 @@ constexpr std::size_t kMiB = std::size_t(1) << 20;
 constexpr std::size_t kMaxQuantum = 64 * kMiB;
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+constexpr std::size_t kLargePageRequest = 8;  // see create_paged()
 }  // namespace
 
 Arena::Arena(Backend& backend, PhysicalMemory& physical, BlockRecycler& recycler, const AllocatorConfig& config,
@@ -93,7 +94,8 @@ Block* Arena::grow_virtual(std::size_t size) {
     const DevicePtr start = whole_pages ? page_start(tail->addr, size) : tail->addr;  // as start_in puts it
     need = round_up(start + size - std::min(start + size, r->base + r->top), granularity_);
   }
-  if (!r || r->top + need > r->size) {
+  // Taking free pieces and lending may bring up to a large page more than the need (whole pages).
+  if (!r || r->top + need + backend_.large_page() > r->size) {
     r = &new_region(round_up(size, granularity_));
     tail = nullptr;
     need = round_up(size, granularity_);
@@ -116,7 +118,7 @@ Block* Arena::grow_virtual(std::size_t size) {
   if (tight) stitch();
   if (got < need) {
     try {
-      pieces.push_back(create_for(need - got, r->size - r->top - got));
+      create_for(need - got, r->size - r->top - got, pieces);
       got = need;
     } catch (const OutOfMemoryError&) {
       if (!tight) stitch();  // the device is full: stitching is all that is left
@@ -132,15 +134,36 @@ Block* Arena::grow_virtual(std::size_t size) {
   return map_at_top(*r, tail, pieces);
 }
 
-Piece Arena::create_for(std::size_t want, std::size_t room) {
+void Arena::create_for(std::size_t want, std::size_t room, std::vector<Piece>& out) {
   std::size_t chunk = std::min(std::max(want, chunk_quantum()), room);
   if (physical_.would_exceed_limit(chunk)) chunk = want;
   try {
-    return physical_.create_chunk(chunk, small_);
+    create_paged(chunk, want, out);
   } catch (const OutOfMemoryError&) {
     if (chunk == want) throw;
-    return physical_.create_chunk(want, small_);
+    create_paged(want, want, out);
   }
+}
+
+void Arena::create_paged(std::size_t bytes, std::size_t want, std::vector<Piece>& out) {
+  // Every physical page costs the same driver time whatever its size (BENCHMARKS.md), but memory splits,
+  // is lent and is given back only in whole pages. So large pages only for growth asked by a request of
+  // at least kLargePageRequest of them (a large page left partly used then wastes at most an eighth of
+  // such a request), the bulk in large pages and the rest in granules; the small pool keeps granules.
+  const std::size_t large = small_ ? granularity_ : backend_.large_page();
+  const std::size_t bulk = want >= kLargePageRequest * large ? bytes / large * large : 0;
+  if (bulk == 0 || bulk == bytes) {
+    out.push_back(physical_.create_chunk(bytes, small_, bulk ? large : granularity_));
+    return;
+  }
+  Piece pages = physical_.create_chunk(bulk, small_, large);
+  try {
+    out.push_back(physical_.create_chunk(bytes - bulk, small_, granularity_));
+  } catch (...) {
+    physical_.give_piece(pages);  // cached, not lost: a later growth takes it, empty_cache() returns it
+    throw;
+  }
+  out.push_back(pages);
 }
 
 Block* Arena::map_at_top(Region& r, Block* tail, std::vector<Piece>& pieces) {
@@ -157,11 +180,13 @@ Block* Arena::map_at_top(Region& r, Block* tail, std::vector<Piece>& pieces) {
     else
       runs.push_back(p);
   }
-  const std::size_t unit = config_.map_unit_bytes ? round_up(config_.map_unit_bytes, granularity_) : granularity_;
   std::vector<Piece> units;
-  for (const Piece& p : runs)
+  for (const Piece& p : runs) {
+    const std::size_t page = physical_.page_of(p.chunk);
+    const std::size_t unit = config_.map_unit_bytes ? round_up(config_.map_unit_bytes, page) : page;
     for (std::size_t off = 0; off < p.bytes; off += unit)
       units.push_back(Piece{p.chunk, p.offset + off, std::min(unit, p.bytes - off)});
+  }
   const DevicePtr at = r.base + r.top;
   try {
     physical_.map_run(at, units);  // all or nothing

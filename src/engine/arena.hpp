@@ -96,6 +96,10 @@ class Arena {
   // The physical pieces behind [start, start+bytes), page-aligned and mapped, in address order; throws
   // gpumem::Error when that memory is a plain segment (no pieces to share).
   std::vector<Piece> pieces_behind(DevicePtr start, std::size_t bytes) const;
+  // The whole physical pages under [start, end): what pieces_behind() can be asked for.
+  std::pair<DevicePtr, DevicePtr> page_span(DevicePtr start, DevicePtr end) const {
+    return {page_floor(start), page_ceil(end)};
+  }
   // Throws gpumem::Error at the first broken invariant.
   void check_invariants() const;
 
@@ -137,8 +141,14 @@ class Arena {
   Block* block_containing(const Region& r, DevicePtr p) const noexcept;
   bool covered(DevicePtr start, std::size_t bytes) const;
   Block* map_at_top(Region& r, Block* tail, std::vector<Piece>& pieces);
-  // A new chunk of at least `want` bytes (a growth quantum if it fits in `room` and the limit).
-  Piece create_for(std::size_t want, std::size_t room);
+  // New chunks of at least `want` bytes in all (a growth quantum if it fits in `room` and the limit),
+  // added to `out`.
+  void create_for(std::size_t want, std::size_t room, std::vector<Piece>& out);
+  void create_paged(std::size_t bytes, std::size_t want, std::vector<Piece>& out);
+  // Physical memory splits only between mappings (one physical page each): page_floor(p) is the start
+  // of the mapping that holds p, page_ceil(p) its end unless p starts it; p itself outside mappings.
+  DevicePtr page_floor(DevicePtr p) const;
+  DevicePtr page_ceil(DevicePtr p) const;
   Block* extend_top(Region& r, Block* tail, std::size_t bytes);
   // Makes [hole, hole+bytes) of free block `b` a hole; returns the free block after it, if any.
   Block* carve_hole(Block* b, DevicePtr hole, std::size_t bytes);

@@ -24,7 +24,7 @@ std::size_t Arena::lend(std::size_t bytes, const Block* keep, std::vector<Piece>
   std::size_t covered = 0;
   free_.for_each_largest_first(granularity_, [&](Block* b) {
     if (b == keep || b->region->plain) return false;
-    DevicePtr start = round_up(b->addr, granularity_), end = b->end() / granularity_ * granularity_;
+    DevicePtr start = page_ceil(b->addr), end = page_floor(b->end());  // whole pages only
     if (end <= start) return false;
     candidates.push_back({b, start, end - start});
     covered += end - start;
@@ -44,7 +44,7 @@ std::size_t Arena::lend(std::size_t bytes, const Block* keep, std::vector<Piece>
   std::size_t lent = 0;
   for (const Candidate& c : candidates) {
     if (lent >= bytes) break;
-    std::size_t take = std::min(c.bytes, round_up(bytes - lent, granularity_));
+    std::size_t take = std::min(c.bytes, page_ceil(c.start + round_up(bytes - lent, granularity_)) - c.start);
     collect_physical(c.start, take, out);
     hub_.emit(EventKind::stitch, c.start, take, 0, stream_);
     carve_hole(c.block, c.start, take);
@@ -63,6 +63,19 @@ void Arena::collect_physical(DevicePtr start, std::size_t bytes, std::vector<Pie
     out.push_back(Piece{m.piece.chunk, m.piece.offset + (at - va), len});
     at += len;
   }
+}
+
+DevicePtr Arena::page_floor(DevicePtr p) const {
+  auto it = mappings_.upper_bound(p);
+  if (it == mappings_.begin()) return p;
+  --it;
+  return p < it->first + it->second.bytes ? it->first : p;
+}
+
+DevicePtr Arena::page_ceil(DevicePtr p) const {
+  DevicePtr start = page_floor(p);
+  if (start == p) return p;
+  return start + mappings_.find(start)->second.bytes;
 }
 
 std::vector<Piece> Arena::pieces_behind(DevicePtr start, std::size_t bytes) const {

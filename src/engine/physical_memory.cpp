@@ -15,8 +15,8 @@ std::size_t PhysicalMemory::take_pieces(std::size_t bytes, std::vector<Piece>& o
     auto largest = std::max_element(free_pieces_.begin(), free_pieces_.end(),
                                     [](const auto& a, const auto& b) { return a.second < b.second; });
     auto [chunk, offset] = largest->first;
-    std::size_t size = largest->second;
-    std::size_t use = std::min(size, bytes - taken);
+    std::size_t size = largest->second, page = chunks_[chunk].page;
+    std::size_t use = std::min(size, (bytes - taken + page - 1) / page * page);
     free_pieces_.erase(largest);
     if (use < size) free_pieces_.emplace(std::make_pair(chunk, offset + use), size - use);
     out.push_back(Piece{chunk, offset, use});
@@ -67,11 +67,11 @@ void PhysicalMemory::count_segment(std::size_t bytes, bool small_pool, bool adde
   else ++device_frees_;
 }
 
-Piece PhysicalMemory::create_chunk(std::size_t bytes, bool small_pool) {
+Piece PhysicalMemory::create_chunk(std::size_t bytes, bool small_pool, std::size_t page) {
   if (would_exceed_limit(bytes))
     throw OutOfMemoryError("the allocator's limit of " + format_bytes(limit_) + " would be crossed (" +
                            format_bytes(reserved_) + " reserved, " + format_bytes(bytes) + " more needed)");
-  ChunkHandle handle = backend_.create_chunk(bytes);
+  ChunkHandle handle = backend_.create_paged_chunk(bytes, page);
   std::size_t index;
   if (!dead_chunk_slots_.empty()) {
     index = dead_chunk_slots_.back();
@@ -80,7 +80,7 @@ Piece PhysicalMemory::create_chunk(std::size_t bytes, bool small_pool) {
     index = chunks_.size();
     chunks_.emplace_back();
   }
-  chunks_[index] = Chunk{handle, bytes, 0, 0, 0, small_pool, true};
+  chunks_[index] = Chunk{handle, bytes, 0, 0, 0, page, small_pool, true};
   count_segment(bytes, small_pool, true);
   return Piece{index, 0, bytes};
 }
@@ -173,6 +173,7 @@ void PhysicalMemory::check_invariants() const {
     auto [chunk, offset] = key;
     if (chunk >= chunks_.size() || !chunks_[chunk].live) throw Error("free piece of a dead chunk");
     if (offset + bytes > chunks_[chunk].bytes) throw Error("free piece beyond its chunk");
+    if ((offset | bytes) % chunks_[chunk].page) throw Error("free piece splits a page of its chunk");
     if (last_end.first == chunk && last_end.second > offset) throw Error("overlapping free pieces");
     if (last_end.first == chunk && last_end.second == offset) throw Error("unmerged free pieces");
     last_end = {chunk, offset + bytes};

@@ -32,13 +32,14 @@ class PhysicalMemory {
   void set_limit(std::size_t bytes) { limit_ = bytes; }
   std::size_t free_piece_bytes() const { return free_piece_bytes_; }
 
-  // Moves up to `bytes` of unmapped pieces (largest first; the last one split) into `out`.
+  // Moves at least `bytes` (or all there is) of unmapped pieces into `out`, largest first; the last one
+  // split at a page of its chunk, so up to a page less one granule more may come.
   std::size_t take_pieces(std::size_t bytes, std::vector<Piece>& out);
   // Puts pieces back into the free set, merging neighbours of the same chunk.
   void give_piece(const Piece& piece);
-  // A new chunk from the device, entirely in the returned piece. Throws OutOfMemoryError when the
-  // limit or the device has no room; nothing changes then.
-  Piece create_chunk(std::size_t bytes, bool small_pool);
+  // A new chunk from the device in pages of `page` bytes (Backend::create_paged_chunk), entirely in the
+  // returned piece. Throws OutOfMemoryError when the limit or the device has no room; nothing changes then.
+  Piece create_chunk(std::size_t bytes, bool small_pool, std::size_t page);
   // Gives every free piece back to the device: whole chunks that nothing maps any more, and the pages of
   // the others where the backend can release part of a chunk. Returns the bytes given back.
   std::size_t release_unused_chunks();
@@ -60,6 +61,8 @@ class PhysicalMemory {
   }
   ChunkHandle handle_of(std::size_t chunk) const { return chunks_[chunk].handle; }
   std::size_t bytes_of(std::size_t chunk) const { return chunks_[chunk].bytes; }
+  // Pieces of a chunk are mapped, lent and released only in whole pages of this size.
+  std::size_t page_of(std::size_t chunk) const { return chunks_[chunk].page; }
 
   bool would_exceed_limit(std::size_t more) const { return limit_ && reserved_ + more > limit_; }
 
@@ -79,6 +82,7 @@ class PhysicalMemory {
     std::size_t free_bytes = 0;  // bytes of this chunk in free pieces
     std::size_t mappings = 0;    // live map() calls on it: it can be released only when none is left
     std::size_t released = 0;    // bytes given back on their own (Backend::release_chunk_part)
+    std::size_t page = 0;        // its physical pages' size
     bool small_pool = false;
     bool live = false;
   };

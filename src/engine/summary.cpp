@@ -87,6 +87,13 @@ std::map<std::string, std::int64_t> DeviceStats::as_map() const {
   out["gpumem.num_maps"] = num_maps;
   out["gpumem.num_unmaps"] = num_unmaps;
   out["gpumem.num_invalid_frees"] = num_invalid_frees;
+  const std::pair<const char*, const DriverCalls*> driver[] = {
+      {"create", &driver_create}, {"map", &driver_map},         {"access", &driver_access},
+      {"unmap", &driver_unmap},   {"release", &driver_release}, {"sync", &driver_sync}};
+  for (const auto& [kind, d] : driver) {
+    out[std::string("gpumem.driver.") + kind + ".calls"] = d->calls;
+    out[std::string("gpumem.driver.") + kind + ".us"] = d->ns / 1000;
+  }
   return out;
 }
 

@@ -80,7 +80,8 @@ void read_process_utilization(const nvml::Nvml& nvml, abi::Device d, unsigned lo
 
 }  // namespace
 
-GpuSample sample_gpu(const nvml::Nvml& nvml, const GpuRef& ref, bool processes) {
+GpuSample sample_gpu(const nvml::Nvml& nvml, const GpuRef& ref, bool processes, bool extras,
+                     Unsupported* unsupported) {
   GpuSample s;
   s.index = ref.index;
   if (!ref.device) {
@@ -93,33 +94,45 @@ GpuSample sample_gpu(const nvml::Nvml& nvml, const GpuRef& ref, bool processes) 
     s.memory_used = m->used;
     s.memory_free = m->free;
     s.memory_reserved = m->reserved;
-  } else if (m.status == nvml::abi::kErrorGpuIsLost) {
+  } else if (m.status == abi::kErrorGpuIsLost) {
     s.error = nvml.error_string(m.status);  // every other call would say the same
     return s;
   }
-  if (auto u = nvml.utilization(d)) {
+  // One NVML read, unless the GPU refused it before; a refusal now is remembered.
+  auto ask = [unsupported](SampleField f, auto call) -> decltype(call()) {
+    const auto bit = static_cast<size_t>(f);
+    if (unsupported && unsupported->test(bit)) return decltype(call())::fail(abi::kErrorNotSupported);
+    auto r = call();
+    if (unsupported && r.not_supported()) unsupported->set(bit);
+    return r;
+  };
+  using F = SampleField;
+  if (auto u = ask(F::kUtilization, [&] { return nvml.utilization(d); })) {
     s.util_gpu = u->gpu;
     s.util_memory = u->memory;
   }
-  s.temperature = opt(nvml.temperature(d));
-  s.memory_temperature = opt(nvml.memory_temperature(d));
-  s.power_mw = opt(nvml.power_mw(d));
-  s.clock_graphics_mhz = opt(nvml.clock_mhz(d, nvml::abi::kClockGraphics));
-  s.clock_sm_mhz = opt(nvml.clock_mhz(d, nvml::abi::kClockSm));
-  s.clock_memory_mhz = opt(nvml.clock_mhz(d, nvml::abi::kClockMem));
-  s.fan_percent = opt(nvml.fan_percent(d));
-  s.energy_mj = opt(nvml.total_energy_mj(d));
-  s.pcie_replays = opt(nvml.uint_property(d, &nvml::Functions::pcie_replay));
-  s.pstate = opt(nvml.pstate(d));
-  if (s.pstate && *s.pstate == nvml::abi::kPstateUnknown) s.pstate.reset();
-  s.encoder_percent = opt(nvml.encoder_percent(d));
-  s.decoder_percent = opt(nvml.decoder_percent(d));
-  s.jpg_percent = opt(nvml.jpg_percent(d));
-  s.ofa_percent = opt(nvml.ofa_percent(d));
-  if (auto b = nvml.bar1_memory(d)) s.bar1_used = b->used;
-  s.ecc_corrected = opt(nvml.ecc_errors(d, nvml::abi::kEccCorrected, nvml::abi::kEccVolatile));
-  s.ecc_uncorrected = opt(nvml.ecc_errors(d, nvml::abi::kEccUncorrected, nvml::abi::kEccVolatile));
+  s.temperature = opt(ask(F::kTemperature, [&] { return nvml.temperature(d); }));
+  s.power_mw = opt(ask(F::kPower, [&] { return nvml.power_mw(d); }));
+  s.clock_graphics_mhz = opt(ask(F::kClockGraphics, [&] { return nvml.clock_mhz(d, abi::kClockGraphics); }));
+  s.clock_sm_mhz = opt(ask(F::kClockSm, [&] { return nvml.clock_mhz(d, abi::kClockSm); }));
+  s.clock_memory_mhz = opt(ask(F::kClockMemory, [&] { return nvml.clock_mhz(d, abi::kClockMem); }));
+  s.fan_percent = opt(ask(F::kFan, [&] { return nvml.fan_percent(d); }));
+  s.pstate = opt(ask(F::kPstate, [&] { return nvml.pstate(d); }));
+  if (s.pstate && *s.pstate == abi::kPstateUnknown) s.pstate.reset();
   if (processes) read_processes(nvml, ref, s);
+  if (!extras) return s;
+  s.memory_temperature = opt(ask(F::kMemoryTemperature, [&] { return nvml.memory_temperature(d); }));
+  s.energy_mj = opt(ask(F::kEnergy, [&] { return nvml.total_energy_mj(d); }));
+  s.pcie_replays = opt(ask(F::kPcieReplays, [&] { return nvml.uint_property(d, &nvml::Functions::pcie_replay); }));
+  s.encoder_percent = opt(ask(F::kEncoder, [&] { return nvml.encoder_percent(d); }));
+  s.decoder_percent = opt(ask(F::kDecoder, [&] { return nvml.decoder_percent(d); }));
+  s.jpg_percent = opt(ask(F::kJpg, [&] { return nvml.jpg_percent(d); }));
+  s.ofa_percent = opt(ask(F::kOfa, [&] { return nvml.ofa_percent(d); }));
+  if (auto b = ask(F::kBar1, [&] { return nvml.bar1_memory(d); })) s.bar1_used = b->used;
+  s.ecc_corrected =
+      opt(ask(F::kEccCorrected, [&] { return nvml.ecc_errors(d, abi::kEccCorrected, abi::kEccVolatile); }));
+  s.ecc_uncorrected =
+      opt(ask(F::kEccUncorrected, [&] { return nvml.ecc_errors(d, abi::kEccUncorrected, abi::kEccVolatile); }));
   return s;
 }
 
@@ -139,6 +152,7 @@ Sampler make_sampler(std::shared_ptr<const nvml::Nvml> nvml, std::vector<GpuRef>
   impl->options = options;
   impl->identity.resize(impl->gpus.size());
   impl->identity_read.assign(impl->gpus.size(), false);
+  impl->unsupported.resize(impl->gpus.size());
   impl->power_limit.resize(impl->gpus.size());
   impl->power_viol.resize(impl->gpus.size());
   impl->thermal_viol.resize(impl->gpus.size());
@@ -178,7 +192,7 @@ SampleSet Sampler::sample() {
   if (m.xid) m.xid->poll();
   for (size_t i = 0; i < m.gpus.size(); ++i) {
     const GpuRef& ref = m.gpus[i];
-    GpuSample s = sample_gpu(nvml, ref, m.options.processes);
+    GpuSample s = sample_gpu(nvml, ref, m.options.processes, m.options.extras, &m.unsupported[i]);
     GpuSample& id = m.identity[i];
     if (s.error.empty() && !m.identity_read[i]) {  // identity and maxima cannot change: read them once
       id.name = opt(nvml.name(ref.device));

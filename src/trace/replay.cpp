@@ -3,6 +3,7 @@
 // in memory whole.
 #include "gpumem/replay.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <new>
@@ -51,7 +52,8 @@ class Player {
   Player(const ReplayOptions& options, const std::string& path) : options_(options), path_(path) {
     SimBackendOptions sim;
     sim.capacity = options.capacity;
-    sim.granularity = options.page;
+    sim.granularity = std::min(options.page, kReplayGranule);
+    sim.large_page = options.page;
     backend_ = std::make_shared<SimBackend>(sim);
     allocator_ = std::make_unique<Allocator>(backend_);
     allocator_->set_error_handler([this](const std::string&) { ++r_.invalid_frees; });

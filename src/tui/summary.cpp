@@ -9,6 +9,7 @@
 
 #include "monitor/common.hpp"
 #include "monitor/loop.hpp"
+#include "tui/sample_json.hpp"
 #include "tui/view.hpp"
 
 namespace gpumem::tui {
@@ -130,7 +131,8 @@ int run_summary(const SummaryOptions& o) {
     auto d = std::make_shared<TopData>();
     gatherer.gather(sampler, *d, prev.get());
     prev = d;
-    std::string text = o.json ? summary_json(*d).dump() + "\n" : render_summary(*d, o.color);
+    std::string text =
+        o.json ? (o.full ? sample_json(*d) : summary_json(*d)).dump() + "\n" : render_summary(*d, o.color);
     if (o.watch_s > 0 && !o.json) text = "\033[H\033[2J" + text;  // repaint in place
     if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
       std::fprintf(stderr, "gpumem: cannot write output: %s.\n", std::strerror(errno));

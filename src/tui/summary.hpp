@@ -15,6 +15,7 @@ nlohmann::ordered_json summary_json(const TopData& data);
 
 struct SummaryOptions {
   bool json = false;
+  bool full = false;  // with json: sample_json() (tui/sample_json.hpp), every field in bytes
   double watch_s = 0;  // > 0: repeat in place every watch_s seconds until Ctrl-C
   bool color = false;
 };

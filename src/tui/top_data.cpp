@@ -46,7 +46,7 @@ void Gatherer::gather(monitor::Sampler& sampler, TopData& next, const TopData* p
   prev_at_ = now;
   const double ticks_per_s = static_cast<double>(sysconf(_SC_CLK_TCK));
   const double up = uptime_s();
-  if (now - holders_at_ >= std::chrono::seconds(5)) {
+  if (scan_holders_ && now - holders_at_ >= std::chrono::seconds(5)) {
     holders_ = monitor::scan_device_holders(monitor::device_dir()).holders;
     holders_at_ = now;
   }
@@ -97,11 +97,12 @@ void Gatherer::gather(monitor::Sampler& sampler, TopData& next, const TopData* p
     }
   }
   prev_ticks_ = std::move(ticks);
-  if (use_control_) {
+  if (use_control_ && !next.rows.empty()) {  // no GPU process, no socket to look for
     try {
       std::map<int, int> rows_of_pid;
       for (const ProcRow& r : next.rows) ++rows_of_pid[r.pid];
       for (const control::ProcessRef& ref : control::list_processes(geteuid() == 0)) {
+        if (!rows_of_pid.count(ref.pid)) continue;  // a gpumem process on no GPU here: its stats fill no row
         control::ProcessReport rep;
         try {
           rep = control::stats(ref.pid, std::chrono::milliseconds(300));

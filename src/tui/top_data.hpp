@@ -52,14 +52,16 @@ struct TopData {
 };
 
 // One round of gathering: the sample, /proc details, device-node holders (rescanned every 5 s: the
-// scan reads every process's fd table), control-channel stats. Keeps what %CPU and history need.
+// scan reads every process's fd table; scan_holders=false skips it), control-channel stats. Keeps what
+// %CPU and history need.
 class Gatherer {
  public:
-  explicit Gatherer(bool use_control) : use_control_(use_control) {}
+  explicit Gatherer(bool use_control, bool scan_holders = true)
+      : use_control_(use_control), scan_holders_(scan_holders) {}
   void gather(monitor::Sampler& sampler, TopData& next, const TopData* prev);
 
  private:
-  bool use_control_;
+  bool use_control_, scan_holders_;
   std::map<int, unsigned long long> prev_ticks_;
   std::chrono::steady_clock::time_point prev_at_{}, holders_at_{};
   std::vector<monitor::DeviceHolder> holders_;

@@ -34,6 +34,7 @@ Setup make_backend(const PropertyConfig& c) {
     SimBackendOptions o;
     o.capacity = std::size_t(16) << 30;
     o.virtual_memory = c.backend == PropertyConfig::BackendKind::sim;
+    o.large_page = c.large_page;
     o.manual_events = true;
     auto sim = std::make_shared<SimBackend>(o);
     s.complete_stream = [sim](StreamId st) { sim->complete_stream(st); };

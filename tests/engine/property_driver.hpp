@@ -17,6 +17,7 @@ struct PropertyConfig {
   int streams = 4;
   std::size_t max_bytes = std::size_t(64) << 20;
   double large_share = 0.0;             // host: extra share of 1-3 MiB requests (large pool)
+  std::size_t large_page = 0;           // sim: Backend::large_page() (0: the 2 MiB granule)
   std::uint64_t seed = 1;
   std::uint64_t invariants_every = 10000;
   bool limits = true;                   // exercise set_limit / set_memory_fraction (OOMs)

@@ -1,5 +1,6 @@
 // The monitor Sampler against the NVML test double: one sample holds every GPU's values, a lost GPU
 // is an error on that GPU only, processes from both NVML lists merge, identity is read once.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <gpumem/monitor.hpp>
@@ -47,6 +48,20 @@ TEST(Sampler, ReadsEveryGpuOnceAndKeepsFailuresPerGpu) {
   EXPECT_FALSE(b.pstate);  // 32 is NVML's "unknown"
   EXPECT_EQ(set.gpus[2].error, "GPU is lost");
   EXPECT_FALSE(set.gpus[2].memory_total);
+}
+
+TEST(Sampler, AFieldTheGpuRefusesIsNotAskedAgain) {
+  two_gpus().sample();  // the T4 refuses the fan (fan=na); the H100 double has no fan either (default na)
+  void* fake = dlopen(gpumem::testing::fake_nvml_path().c_str(), RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(fake, nullptr);
+  auto fan_calls = reinterpret_cast<int (*)()>(dlsym(fake, "gpumem_fake_nvml_fan_calls"));
+  ASSERT_NE(fan_calls, nullptr);
+  const int before = fan_calls();
+  SampleSet later = two_gpus().sample();
+  EXPECT_EQ(fan_calls(), before);
+  EXPECT_FALSE(later.gpus[1].fan_percent);
+  EXPECT_EQ(later.gpus[0].power_mw, 412345u);  // answered fields are still read every sample
+  dlclose(fake);
 }
 
 TEST(Sampler, IdentityStaysAcrossSamples) {

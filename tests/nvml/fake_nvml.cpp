@@ -189,6 +189,9 @@ EXPORT void gpumem_fake_nvml_block_pcie(int blocked) {
   g_pcie_cv.notify_all();
 }
 EXPORT int gpumem_fake_nvml_pcie_inflight() { return g_pcie_inflight.load(); }
+// How often nvmlDeviceGetFanSpeed was called: to prove a field the GPU refuses is not asked again.
+static std::atomic<int> g_fan_calls{0};
+EXPORT int gpumem_fake_nvml_fan_calls() { return g_fan_calls.load(); }
 
 EXPORT abi::Return nvmlInit() {
   load_scenario();
@@ -338,7 +341,10 @@ EXPORT abi::Return nvmlDeviceGetMaxClockInfo(abi::Device d, unsigned type, unsig
   if (type > 2) return abi::kErrorInvalidArgument;
   return value_as(d, keys[type], c, defaults[type]);
 }
-EXPORT abi::Return nvmlDeviceGetFanSpeed(abi::Device d, unsigned* f) { return value_as(d, "fan", f, "na"); }
+EXPORT abi::Return nvmlDeviceGetFanSpeed(abi::Device d, unsigned* f) {
+  ++g_fan_calls;
+  return value_as(d, "fan", f, "na");
+}
 EXPORT abi::Return nvmlDeviceGetPersistenceMode(abi::Device d, unsigned* m) { return value_as(d, "persistence", m, "1"); }
 EXPORT abi::Return nvmlDeviceGetComputeMode(abi::Device d, unsigned* m) { return value_as(d, "compute_mode", m, "0"); }
 EXPORT abi::Return nvmlDeviceGetEccMode(abi::Device d, unsigned* cur, unsigned* pend) {

@@ -14,7 +14,8 @@ if [[ $mode == deb ]]; then
   (cd "$build" && cpack -G DEB -B "$tmp/deb" >/dev/null) || fail "cpack -G DEB"
   deb=$(ls "$tmp"/deb/gpumem_*_amd64.deb) || fail "cpack wrote no .deb"
   control=$(dpkg-deb -f "$deb" Depends)
-  glibc=$(objdump -T "$build/gpumem" "$build/libgpumem.so" | grep -o 'GLIBC_2\.[0-9]*' | sort -uV | tail -1)
+  glibc=$(objdump -T "$build/gpumem" "$build/libgpumem.so" "$build/libgpumem_monitor.so" | grep -o 'GLIBC_2\.[0-9]*' |
+          sort -uV | tail -1)
   [[ $control == *"libc6 (>= ${glibc#GLIBC_})"* ]] || fail ".deb Depends ($control) do not say libc6 >= ${glibc#GLIBC_}"
   for pkg in libstdc++6 zlib1g libncursesw6 libtinfo6; do [[ $control == *"$pkg"* ]] || fail ".deb lacks $pkg"; done
   dpkg-deb -x "$deb" "$tmp/root"
@@ -22,8 +23,9 @@ if [[ $mode == deb ]]; then
 else
   cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 fi
-for f in bin/gpumem lib/libgpumem.so include/gpumem/gpumem.h share/gpumem/python/gpumem_torch.py \
-         share/gpumem/python/gpumem_sitecustomize.py lib/cmake/gpumem/gpumemConfig.cmake lib/pkgconfig/gpumem.pc; do
+for f in bin/gpumem lib/libgpumem.so lib/libgpumem_monitor.so include/gpumem/gpumem.h include/gpumem/gpumem_monitor.h \
+         share/gpumem/python/gpumem_torch.py share/gpumem/python/gpumem_sitecustomize.py \
+         lib/cmake/gpumem/gpumemConfig.cmake lib/pkgconfig/gpumem.pc; do
   [[ -f $tmp/prefix/$f ]] || fail "cmake --install left out $f"
 done
 # Moved after installing: nothing in the tree may name the prefix it was installed to.
@@ -54,10 +56,19 @@ gpumem_torch.deallocate(p)') || fail "installed gpumem run: $out"
 [[ $out == "$prefix/lib/libgpumem.so 1048576" ]] || fail "installed gpumem run used: $out"
 echo "gpumem run ok: $out"
 
+# The Python package's monitoring API over the installed tree: libgpumem_monitor.so found in ../lib of the binary.
+out=$(GPUMEM_BINARY="$prefix/bin/gpumem" PYTHONPATH="$src/python" PYTHONDONTWRITEBYTECODE=1 \
+      GPUMEM_NVML_LIBRARY="$build/fake_nvml/libgpumem_fake_nvml_current.so" \
+      GPUMEM_FAKE_NVML_SCENARIO="$src/tests/monitor/scenarios/two_gpus.txt" python3 -c '
+import gpumem, gpumem._monitor as m
+print(m.backend()[1], gpumem.gpus()[0].memory_used)') || fail "gpumem.gpus() over the installed tree: $out"
+[[ $out == "$prefix/lib/libgpumem_monitor.so $((20480 << 20))" ]] || fail "gpumem.gpus() over the installed tree used: $out"
+
 # The .deb's Depends against the symbol versions the binaries need.
 deps=$(sed -n 's/^set(GPUMEM_DEB_GLIBC \([0-9.]*\).*/\1/p' "$src/packaging/deb.cmake")
-need=$(objdump -T "$prefix/bin/gpumem" "$prefix/lib/libgpumem.so" | grep -o 'GLIBC_2\.[0-9]*' | sort -uV | tail -1)
+binaries=("$prefix/bin/gpumem" "$prefix/lib/libgpumem.so" "$prefix/lib/libgpumem_monitor.so")
+need=$(objdump -T "${binaries[@]}" | grep -o 'GLIBC_2\.[0-9]*' | sort -uV | tail -1)
 [[ "GLIBC_$deps" == "$need" ]] || fail "packaging/deb.cmake says libc6 >= $deps, the binaries need $need"
-cxxneed=$(objdump -T "$prefix/bin/gpumem" "$prefix/lib/libgpumem.so" | grep -o 'GLIBCXX_3\.4\.[0-9]*' | sort -uV | tail -1)
+cxxneed=$(objdump -T "${binaries[@]}" | grep -o 'GLIBCXX_3\.4\.[0-9]*' | sort -uV | tail -1)
 [[ $(printf "%s\n" "$cxxneed" GLIBCXX_3.4.29 | sort -V | tail -1) == GLIBCXX_3.4.29 ]] || fail "libstdc++6 >= 11 no longer enough: $cxxneed"
 echo "PASS $mode: find_package, pkg-config, gpumem run from $prefix"

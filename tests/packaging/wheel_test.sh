@@ -10,7 +10,8 @@ fail() { echo "FAIL $*" >&2; exit 1; }
 
 version=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' "$build/CMakeCache.txt")
 wheel=$(python3 "$src/packaging/make_wheel.py" "$build" "$src" "$version" "$tmp/dist")
-need=$(objdump -T "$build/gpumem" "$build/libgpumem.so" | grep -o 'GLIBC_2\.[0-9]*' | sort -uV | tail -1)
+need=$(objdump -T "$build/gpumem" "$build/libgpumem.so" "$build/libgpumem_monitor.so" | grep -o 'GLIBC_2\.[0-9]*' |
+       sort -uV | tail -1)
 [[ $(basename "$wheel") == "gpumem-$version-py3-none-manylinux_2_${need#GLIBC_2.}_x86_64.whl" ]] \
   || fail "wheel name $(basename "$wheel") does not match the binaries' $need"
 
@@ -33,9 +34,10 @@ p = gpumem_torch.allocate(1 << 20); print(os.environ["GPUMEM_LIBRARY"], gpumem_t
 export GPUMEM_NVML_LIBRARY="$build/fake_nvml/libgpumem_fake_nvml_current.so"
 export GPUMEM_FAKE_NVML_SCENARIO="$src/tests/monitor/scenarios/two_gpus.txt"
 python -c '
-import gpumem
+import gpumem, gpumem._monitor as m
+assert m.backend()[0] == "library" and m.backend()[1].endswith("/site-packages/gpumem/_bin/libgpumem_monitor.so"), m.backend()
 g = gpumem.gpus()
 assert [x.name for x in g][:2] == ["NVIDIA H100 80GB HBM3"] * 2, g
 assert g[0].memory_used == 20480 << 20 and [p.pid for p in g[0].processes] == [4242, 4343], g[0]' \
   || fail "gpumem.gpus() from the wheel"
-echo "PASS wheel $(basename "$wheel"): installed offline, gpumem on PATH, import gpumem, gpumem run, gpus()"
+echo "PASS wheel $(basename "$wheel"): installed offline, gpumem on PATH, import gpumem, gpumem run, gpus() in process"

@@ -1,8 +1,10 @@
 """python/gpumem (the package the wheel installs), from the source tree: the monitoring API against the NVML
-test double through the built gpumem binary, and the notebook helpers against fake_torch with gpumem_torch
+test double, in process through the built libgpumem_monitor.so (ctypes) and again through the gpumem binary
+(the fallback where the library cannot be loaded), and the notebook helpers against fake_torch with gpumem_torch
 installed on the host backend (so torch.cuda's memory functions answer from a real allocator).
 
-Needs GPUMEM_BUILD_DIR (the gpumem binary, libgpumem.so, gpumem_torch.py, fake_nvml/); ctest sets it."""
+Needs GPUMEM_BUILD_DIR (the gpumem binary, libgpumem.so, libgpumem_monitor.so, gpumem_torch.py, fake_nvml/);
+ctest sets it."""
 import os
 import subprocess
 import sys
@@ -18,21 +20,36 @@ SCENARIOS = os.path.join(SOURCE, "tests", "monitor", "scenarios")
 FAKE_NVML = os.path.join(BUILD, "fake_nvml", "libgpumem_fake_nvml_current.so")
 sys.path.insert(0, os.path.join(SOURCE, "python"))
 import gpumem  # noqa: E402
+from gpumem import _monitor, _native  # noqa: E402
 
 
 def nvml_env(scenario):
     return {"GPUMEM_BINARY": os.path.join(BUILD, "gpumem"), "GPUMEM_NVML_LIBRARY": FAKE_NVML,
-            "GPUMEM_FAKE_NVML_SCENARIO": os.path.join(SCENARIOS, scenario)}
+            "GPUMEM_FAKE_NVML_SCENARIO": os.path.join(SCENARIOS, scenario), "GPUMEM_DEV_DIR": "/nonexistent"}
 
 
 class Monitoring(unittest.TestCase):
+    """Through libgpumem_monitor.so beside the binary (ctypes, in this process)."""
+    backend = ("library", os.path.join(BUILD, "libgpumem_monitor.so"))
+
     def setUp(self):
         self.saved = dict(os.environ)
         os.environ.update(nvml_env("two_gpus.txt"))
+        self.use(os.environ)
+        _native.reset()  # each test opens the NVML double afresh, with its own scenario
+        self.assertEqual(_monitor.backend(), self.backend)
+
+    def use(self, env):
+        pass
 
     def tearDown(self):
         os.environ.clear()
         os.environ.update(self.saved)
+        _native.reset()
+
+    def reopen(self, **env):
+        os.environ.update(env)
+        _native.reset()
 
     def test_gpus_have_every_field_in_bytes_and_their_processes(self):
         g = gpumem.gpus()
@@ -45,16 +62,19 @@ class Monitoring(unittest.TestCase):
         self.assertEqual(h100.memory_used, 20480 << 20)
         self.assertEqual(h100.memory_free, (81559 - 20480 - 512) << 20)
         self.assertEqual(h100.memory_reserved, 512 << 20)
-        self.assertEqual((h100.utilization, h100.temperature, h100.power), (97, 61, 412.35))
+        self.assertEqual((h100.utilization, h100.temperature, h100.power, h100.power_limit), (97, 61, 412.345, 700.0))
         self.assertEqual((h100.clock_sm, h100.clock_memory, h100.pstate), (1755, 2619, "P0"))
         self.assertEqual([(p.pid, p.used_memory) for p in h100.processes], [(4242, 12288 << 20), (4343, 8000 << 20)])
         self.assertEqual(g[1].processes, [])
         lost = g[2]  # a lost GPU: every field None, no crash
         self.assertIsNone(lost.name)
         self.assertIsNone(lost.memory_used)
+        self.assertEqual(lost.error, "GPU is lost")
+        self.assertEqual(lost.processes, [])
+        self.assertEqual([len(x.processes) for x in gpumem.gpus(with_processes=False)], [0, 0, 0])
 
     def test_unsupported_fields_are_none(self):
-        os.environ.update(nvml_env("unsupported.txt"))
+        self.reopen(**nvml_env("unsupported.txt"))
         t4 = gpumem.gpus()[0]
         self.assertEqual(t4.name, "Tesla T4")
         self.assertIsNone(t4.utilization)
@@ -81,13 +101,15 @@ class Monitoring(unittest.TestCase):
                 scenario = os.path.join(d, "scenario.txt")
                 with open(os.path.join(SCENARIOS, "two_gpus.txt")) as f, open(scenario, "w") as out:
                     out.write(f.read() + f"proc gpu=0 pid={child.pid} used_mib=6 name=python3\n")
-                os.environ.update(GPUMEM_FAKE_NVML_SCENARIO=scenario, GPUMEM_CONTROL_DIR=d)
+                self.reopen(GPUMEM_FAKE_NVML_SCENARIO=scenario, GPUMEM_CONTROL_DIR=d)
                 ours = [p for p in gpumem.gpus()[0].processes if p.pid == child.pid]
                 self.assertEqual(len(ours), 1, gpumem.gpus()[0].processes)
                 self.assertEqual((ours[0].allocated, ours[0].peak_allocated), (5 << 20, 5 << 20))
                 self.assertGreaterEqual(ours[0].reserved, 5 << 20)
                 others = [p for p in gpumem.gpus()[0].processes if p.pid != child.pid]
                 self.assertTrue(all(p.allocated is None for p in others))
+                self.assertIsNone([p for p in gpumem.gpus(with_allocators=False)[0].processes
+                                   if p.pid == child.pid][0].allocated)
                 self.assertEqual([p.allocated for p in gpumem.processes(with_allocators=True)
                                   if p.pid == child.pid], [5 << 20])
             finally:
@@ -95,11 +117,48 @@ class Monitoring(unittest.TestCase):
                 child.wait(timeout=30)
                 child.stdout.close()
 
-    def test_no_driver_is_its_own_error(self):
-        os.environ["GPUMEM_NVML_LIBRARY"] = "/nonexistent/libnvidia-ml.so.1"
+    def test_no_driver_is_its_own_error_and_a_later_driver_is_found(self):
+        self.reopen(GPUMEM_NVML_LIBRARY="/nonexistent/libnvidia-ml.so.1")
         with self.assertRaises(gpumem.NoDriverError) as e:
             gpumem.gpus()
         self.assertIn("could not be loaded", str(e.exception))
+        os.environ["GPUMEM_NVML_LIBRARY"] = FAKE_NVML  # a failed open is not remembered
+        self.assertEqual(len(gpumem.gpus()), 3)
+
+    def test_nvml_stays_open_between_samples(self):
+        # The double reads its scenario at nvmlInit: a changed scenario shows only once NVML is opened again.
+        with tempfile.TemporaryDirectory() as d:
+            scenario = os.path.join(d, "scenario.txt")
+            with open(os.path.join(SCENARIOS, "two_gpus.txt")) as f:
+                text = f.read()
+            with open(scenario, "w") as out:
+                out.write(text)
+            self.reopen(GPUMEM_FAKE_NVML_SCENARIO=scenario)
+            self.assertEqual(gpumem.gpus()[0].memory_used, 20480 << 20)
+            with open(scenario, "w") as out:
+                out.write(text.replace("used_mib=20480", "used_mib=1024"))
+            self.assertEqual([s[0].memory_used for s in gpumem.watch(0.01, count=2)], [self.cached] * 2)
+            _native.reset()
+            self.assertEqual(gpumem.gpus()[0].memory_used, 1024 << 20)
+
+    cached = 20480 << 20  # in process: the open NVML still has the first scenario
+
+    def test_library_and_binary_give_one_document(self):
+        def without_times(doc):
+            return {k: v for k, v in doc.items() if k not in ("taken_at", "nvml_ms")}
+        library = _monitor.sample(processes=True, allocators=True, holders=True, extras=True)
+        self.assertEqual(without_times(library), without_times(_monitor._sample_from_binary()))
+        self.assertEqual(library["schema"], 1)
+
+
+class MonitoringThroughBinary(Monitoring):
+    """The same, where libgpumem_monitor.so cannot be loaded: one run of `gpumem --json --full` per sample."""
+    backend = ("binary", os.path.join(BUILD, "gpumem"))
+    cached = 1024 << 20  # each run opens NVML afresh
+    test_library_and_binary_give_one_document = None  # both sides would be the binary here
+
+    def use(self, env):
+        env["GPUMEM_MONITOR_LIBRARY"] = "/nonexistent/libgpumem_monitor.so"
 
     def test_missing_binary_is_one_clear_error(self):
         os.environ["GPUMEM_BINARY"] = "/nonexistent/gpumem"

@@ -1,7 +1,7 @@
 // The engine's memory bound on real PyTorch traces: peak reserved / peak live, the smallest capacity
 // that replays (--min-capacity) and a replay at 1.02x peak live (a limit, as `gpumem run --limit`),
-// one ctest per trace so they run in parallel. Replayed at 2 MiB pages: the unit of stitching and
-// give-back the bound needs (the CUDA backend still maps 16 MiB pages by default: see BENCHMARKS.md).
+// one ctest per trace so they run in parallel. Replayed as the CUDA backend runs by default: 2 MiB
+// granules, 16 MiB pages for growth asked by requests of 128 MiB or more.
 // The six shared traces live beside the repository (../shared/traces, or $GPUMEM_TRACE_DIR); the
 // three recorded on an H100 on 2026-11-22 are in data/.
 #include <gtest/gtest.h>
@@ -16,7 +16,7 @@
 namespace gpumem::trace {
 namespace {
 
-constexpr std::uint64_t kPage = std::uint64_t(2) << 20;
+constexpr std::uint64_t kPage = kDefaultReplayPage;
 
 struct Bound {
   const char* file;

@@ -33,6 +33,14 @@ TEST(SummaryCli, JsonHasGpusAndProcesses) {
   EXPECT_EQ(j["gpus"][0]["memory_used_mib"], 20480);
   EXPECT_EQ(j["gpus"][0]["processes"][0]["pid"], 4242);
   EXPECT_EQ(j["gpus"][2]["error"], "GPU is lost");
+
+  auto full = run_gpumem({"--json", "--full"}, env());  // the document libgpumem_monitor.so returns
+  ASSERT_EQ(full.status, 0) << full.err;
+  auto f = nlohmann::json::parse(full.out);
+  EXPECT_EQ(f["schema"], 1);
+  EXPECT_EQ(f["gpus"][0]["memory_used_bytes"], 20480ull << 20);
+  EXPECT_EQ(f["gpus"][0]["processes"][1]["used_memory_bytes"], 8000ull << 20);
+  EXPECT_EQ(run_gpumem({"--full"}, env()).status, 2);
 }
 
 static size_t screens(const std::string& out) {

@@ -1,0 +1,94 @@
+"""In-process samples through libgpumem_monitor.so (include/gpumem/gpumem_monitor.h) and ctypes: no compiler,
+no subprocess, NVML kept open between samples. The library is $GPUMEM_MONITOR_LIBRARY, else the wheel's
+gpumem/_bin/, else beside the gpumem binary (build folder) or in its ../lib (cmake --install, the .deb), else
+the loader's search path. load() returns None when none can be loaded (the caller runs the binary instead)."""
+import ctypes
+import json
+import os
+import sysconfig
+import threading
+
+from . import _binary
+
+NAME = "libgpumem_monitor.so"
+ABI_VERSION = 1
+# flags and statuses of gpumem_monitor.h
+PROCESSES, ALLOCATORS, HOLDERS, EXTRAS = 1, 2, 4, 8
+OK, NO_DEVICE = 0, 4
+
+_lock = threading.Lock()
+_lib = None
+_tried = False
+
+
+def _candidates():
+    explicit = os.environ.get("GPUMEM_MONITOR_LIBRARY")
+    if explicit:
+        return [explicit]  # only that one: a test or a user asking for a given build
+    found = [os.path.join(_binary._HERE, "_bin", NAME)]
+    try:
+        bindir = os.path.dirname(os.path.realpath(_binary.path()))
+        multiarch = sysconfig.get_config_var("MULTIARCH") or ""
+        for rel in ("", "../lib", "../lib64", os.path.join("../lib", multiarch)):
+            found.append(os.path.normpath(os.path.join(bindir, rel, NAME)))
+    except _binary.GpumemNotFound:
+        pass
+    return [p for p in found if os.path.isfile(p)] + [NAME]
+
+
+def _open(path):
+    try:
+        lib = ctypes.CDLL(path)
+        if lib.gpumem_monitor_abi_version() != ABI_VERSION:
+            return None
+    except (OSError, AttributeError):
+        return None
+    lib.gpumem_monitor_sample_json.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
+                                               ctypes.POINTER(ctypes.c_size_t)]
+    lib.gpumem_monitor_sample_json.restype = ctypes.c_int
+    lib.gpumem_monitor_free.argtypes = [ctypes.c_void_p]
+    lib.gpumem_monitor_free.restype = None
+    lib.gpumem_monitor_reset.argtypes = []
+    lib.gpumem_monitor_reset.restype = None
+    return lib
+
+
+def load():
+    """The loaded library, or None. Looked for once per process (reset() looks again)."""
+    global _lib, _tried
+    with _lock:
+        if not _tried:
+            _tried = True
+            for path in _candidates():
+                _lib = _open(path)
+                if _lib is not None:
+                    break
+        return _lib
+
+
+def path():
+    """Where the loaded library lies, or None."""
+    lib = load()
+    return lib._name if lib is not None else None
+
+
+def sample(flags):
+    """(status, document or sentence): the sample as a dict when status is OK, else the library's sentence."""
+    lib = load()
+    out, size = ctypes.c_void_p(), ctypes.c_size_t()
+    status = lib.gpumem_monitor_sample_json(flags, ctypes.byref(out), ctypes.byref(size))
+    try:
+        text = ctypes.string_at(out.value, size.value).decode("utf-8", "replace") if out.value else ""
+    finally:
+        lib.gpumem_monitor_free(out)
+    return (status, json.loads(text)) if status == OK else (status, text or f"gpumem: sample failed ({status})")
+
+
+def reset():
+    """Closes the library's NVML and caches (the next sample opens NVML afresh) and looks for the library
+    again: after a driver reload, or when GPUMEM_NVML_LIBRARY / GPUMEM_MONITOR_LIBRARY changed."""
+    global _lib, _tried
+    with _lock:
+        if _lib is not None:
+            _lib.gpumem_monitor_reset()
+        _lib, _tried = None, False
