@@ -16,7 +16,8 @@ constexpr std::size_t kLargePageRequest = 8;  // see create_paged()
 Arena::Arena(Backend& backend, PhysicalMemory& physical, BlockRecycler& recycler, const AllocatorConfig& config,
              StreamId stream, bool small_pool, const EventHub& hub)
     : backend_(backend), physical_(physical), recycler_(recycler), config_(config), stream_(stream),
-      small_(small_pool), hub_(hub), granularity_(backend.granularity()) {}
+      small_(small_pool), hub_(hub), granularity_(backend.granularity()),
+      align_blocks_(!small_pool && !config.force_plain && backend.supports_virtual_memory()) {}
 
 Arena::~Arena() {
   std::lock_guard lock(physical_.mutex());
@@ -38,6 +39,26 @@ std::size_t Arena::chunk_quantum() const {
   if (small_) return granularity_;  // small blocks are few bytes in all: grow page by page
   std::size_t q = std::clamp(physical_.reserved() / 256, granularity_, kMaxQuantum);
   return round_up(q, granularity_);
+}
+
+DevicePtr Arena::page_start(DevicePtr addr, std::size_t size) const noexcept {
+  const DevicePtr at = round_up(addr, granularity_);
+  return at - addr > size / 2 ? addr : at;
+}
+
+DevicePtr Arena::start_in(const Block* b, std::size_t size) const noexcept {
+  if (size % granularity_ || b->addr % granularity_ == 0) return b->addr;
+  if (b->end() % granularity_ == 0 && b->end() != b->region->base + b->region->top)
+    return b->end() - size;  // the free rest stays one range, in front
+  const DevicePtr at = page_start(b->addr, size);
+  return at + size <= b->end() ? at : 0;
+}
+
+Block* Arena::find_aligned(Block* fit, std::size_t size) const noexcept {
+  if (start_in(fit, size)) return fit;
+  // Any block this large holds it where start_in puts it (addresses are multiples of kMinBlock).
+  Block* roomy = free_.find(size + granularity_ - kMinBlock);
+  return roomy ? roomy : fit;
 }
 
 Block* Arena::grow(std::size_t size) {
@@ -66,7 +87,13 @@ Block* Arena::grow_virtual(std::size_t size) {
   Region* r = regions_.empty() ? nullptr : regions_.back().get();
   Block* tail = nullptr;
   if (r && r->last && r->last->state == BlockState::free && r->last->end() == r->base + r->top) tail = r->last;
-  std::size_t need = round_up(size - (tail ? std::min(tail->size, size) : 0), granularity_);
+  // The new block starts in the free tail, aligned (take() puts it there), or at the top.
+  std::size_t need = round_up(size, granularity_);
+  if (tail) {
+    const bool whole_pages = align_blocks_ && size % granularity_ == 0;
+    const DevicePtr start = whole_pages ? page_start(tail->addr, size) : tail->addr;  // as start_in puts it
+    need = round_up(start + size - std::min(start + size, r->base + r->top), granularity_);
+  }
   // Taking free pieces and lending may bring up to a large page more than the need (whole pages).
   if (!r || r->top + need + backend_.large_page() > r->size) {
     r = &new_region(round_up(size, granularity_));
@@ -229,6 +256,30 @@ Block* Arena::grow_plain(std::size_t size) {
 }
 
 Block* Arena::take(Block* b, std::size_t size) {
+  if (align_blocks_) {
+    const DevicePtr at = start_in(b, size);
+    if (at && at != b->addr) b = split_free(b, at);
+  }
+  return take_front(b, size);
+}
+
+Block* Arena::split_free(Block* b, DevicePtr at) {
+  Block* front = recycler_.make();
+  front->addr = b->addr;
+  front->size = at - b->addr;
+  front->region = b->region;
+  front->state = BlockState::free;
+  front->prev = b->prev;
+  front->next = b;
+  if (b->prev) b->prev->next = front;
+  else b->region->first = front;
+  b->prev = front;
+  free_.resize(b, at, b->end() - at);
+  free_.insert(front);
+  return b;
+}
+
+Block* Arena::take_front(Block* b, std::size_t size) {
   if (b->size - size < kMinBlock) {
     free_.remove(b);
     b->state = BlockState::allocated;
@@ -253,21 +304,8 @@ Block* Arena::take_at(DevicePtr addr, std::size_t size) {
   Region* r = region_of(addr);
   Block* b = r ? block_containing(*r, addr) : nullptr;
   if (!b || b->state != BlockState::free || addr + size > b->end()) return nullptr;
-  if (b->addr < addr) {  // the part before addr stays free as a block of its own
-    Block* front = recycler_.make();
-    front->addr = b->addr;
-    front->size = addr - b->addr;
-    front->region = b->region;
-    front->state = BlockState::free;
-    front->prev = b->prev;
-    front->next = b;
-    if (b->prev) b->prev->next = front;
-    else b->region->first = front;
-    b->prev = front;
-    free_.resize(b, addr, b->end() - addr);
-    free_.insert(front);
-  }
-  return take(b, size);
+  if (b->addr < addr) b = split_free(b, addr);  // the part before addr stays free as a block of its own
+  return take_front(b, size);
 }
 
 void Arena::release(Block* b) noexcept {

@@ -43,11 +43,17 @@ class Arena {
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
 
-  // A free block of at least `size` bytes, or nullptr.
-  Block* find(std::size_t size) const noexcept { return free_.find(size); }
-  // Makes room for `size` bytes and returns a free block that fits. Throws OutOfMemoryError.
+  // A free block that holds `size` bytes, or nullptr: for whole pages, one where they can lie on page
+  // boundaries (see start_in) if there is one, else any that is large enough.
+  Block* find(std::size_t size) const noexcept {
+    Block* b = free_.find(size);
+    return b && align_blocks_ ? find_aligned(b, size) : b;
+  }
+  // Makes room for `size` bytes and returns a free block that holds them (whole pages on page
+  // boundaries). Throws OutOfMemoryError.
   Block* grow(std::size_t size);
-  // Carves `size` bytes off the front of free block `b`; returns the (now allocated) front part.
+  // Carves `size` bytes out of free block `b` where start_in() puts them, else at its start; returns the
+  // (now allocated) block. What lies before or after it stays free.
   Block* take(Block* b, std::size_t size);
   // Allocates exactly [addr, addr+size) out of the free block covering it; nullptr if that range is not
   // free here. For restoring a private pool's checkpoint.
@@ -102,6 +108,24 @@ class Arena {
     std::size_t bytes;
     Piece piece;
   };
+  // Page placement (large arenas over virtual memory): a request of whole pages gets whole pages, so
+  // that once it is freed they can be stitched elsewhere or given back. Packed at any 512-byte address
+  // it would straddle one page more, and every free range it leaves would keep a part-page at each
+  // end, used by neither stitching nor empty_cache() while the neighbours live (llama_generate at
+  // 2 MiB pages: 16 MiB of such part-pages at the peak). Other sizes stay packed: aligning them would
+  // leave a gap before each one that often nothing fills.
+  // Where `size` bytes go in free block `b` (at least `size` bytes): at its start when that is a page
+  // boundary or `size` is not whole pages; else at its end when that is a page boundary (the free rest
+  // stays one range, in front; never at the region's top, where the rest must stay to grow into);
+  // else at its first page boundary (page_start); 0 when they do not fit there.
+  DevicePtr start_in(const Block* b, std::size_t size) const noexcept;
+  // The first page boundary from `addr`, unless the gap it leaves would exceed half of `size`: then
+  // `addr`, packed: a gap over half the block costs more than the page its alignment saves.
+  DevicePtr page_start(DevicePtr addr, std::size_t size) const noexcept;
+  Block* find_aligned(Block* fit, std::size_t size) const noexcept;
+  // Splits free block `b` at `at` (inside it): the front part stays free; returns the part from `at`.
+  Block* split_free(Block* b, DevicePtr at);
+  Block* take_front(Block* b, std::size_t size);
   Block* grow_virtual(std::size_t size);
   Block* grow_plain(std::size_t size);
   Region& new_region(std::size_t min_bytes);
@@ -143,6 +167,7 @@ class Arena {
   FreeIndex free_;
   Arena* sibling_ = nullptr;
   bool stitching_ = true;
+  bool align_blocks_;  // large arena over virtual memory: see start_in
   std::vector<std::unique_ptr<Region>> regions_;
   std::map<DevicePtr, Mapping> mappings_;  // va -> mapping, VMM regions only
   std::size_t mapped_bytes_ = 0;
