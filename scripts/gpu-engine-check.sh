@@ -3,8 +3,10 @@
 # and under gpumem at each physical page size of PAGES, then under --limit 1.02x the peak live bytes; the
 # seeds' empty_cache example; two processes with a limit each. Prints one table.
 #   On the device: run(command="bash scripts/gpu-engine-check.sh", carry=[".device/gpu"])
-#   WORKLOADS (default "lm resnet vit generate"), PAGES (MiB, default "2 16"; the first is used for the
-#   limit runs), TWO_PROCESSES=0 leaves out the two-process run, OUT (default ./gpu-engine-out).
+#   WORKLOADS (default "lm resnet vit generate"), PAGES (large page in MiB, default "2 16"; the first run's
+#   peak live sets the limits), LIMIT_PAGE (MiB for the limit and two-process runs; default: none set, so
+#   gpumem's own choice under a limit), TWO_PROCESSES=0 leaves out the two-process run, OUT (default
+#   ./gpu-engine-out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.device/gpu}
@@ -14,7 +16,8 @@ PAGES=${PAGES:-2 16}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 LD_LIBRARY_PATH="$PWD/$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-limit_page=${PAGES%% *}
+first_page=${PAGES%% *}
+limit_env=(${LIMIT_PAGE:+GPUMEM_CUDA_PAGE_MIB=$LIMIT_PAGE})
 run() {  # label, timeout, command...
   local label=$1 limit=$2
   shift 2
@@ -29,9 +32,9 @@ for w in $WORKLOADS; do
   for p in $PAGES; do
     run "${w}_page$p" 300 env GPUMEM_CUDA_PAGE_MIB="$p" "$BIN/gpumem" run -q -- python3 bench/gpu/train.py "$w" --out "$OUT/${w}_page$p.json"
   done
-  if [[ -f $OUT/${w}_page$limit_page.json ]]; then
-    limit=$(python3 -c "import json; print(int(json.load(open('$OUT/${w}_page$limit_page.json'))['peak_live'] * 1.02))")
-    run "${w}_limit" 300 env GPUMEM_CUDA_PAGE_MIB="$limit_page" "$BIN/gpumem" run -q --limit "$limit" -- python3 bench/gpu/train.py "$w" --out "$OUT/${w}_limit.json"
+  if [[ -f $OUT/${w}_page$first_page.json ]]; then
+    limit=$(python3 -c "import json; print(int(json.load(open('$OUT/${w}_page$first_page.json'))['peak_live'] * 1.02))")
+    run "${w}_limit" 300 env "${limit_env[@]}" "$BIN/gpumem" run -q --limit "$limit" -- python3 bench/gpu/train.py "$w" --out "$OUT/${w}_limit.json"
   fi
 done
 # Kernels over memory from small vs large physical pages, no allocation timed.
@@ -55,10 +58,10 @@ done
 if [[ ${TWO_PROCESSES:-1} != 0 ]]; then
   L=$((8 << 30))
   for s in 1 2; do
-    GPUMEM_CUDA_PAGE_MIB=$limit_page timeout 300 "$BIN/gpumem" run -q --limit 8GiB -- python3 bench/gpu/limit_worker.py $L $s > "$OUT/proc$s.json" 2> "$OUT/proc$s.err" &
+    env "${limit_env[@]}" timeout 300 "$BIN/gpumem" run -q --limit 8GiB -- python3 bench/gpu/limit_worker.py $L $s > "$OUT/proc$s.json" 2> "$OUT/proc$s.err" &
   done
   wait
-  for s in 1 2; do echo "two processes, --limit 8GiB, $limit_page MiB pages, #$s: $(cat "$OUT/proc$s.json") $(tail -1 "$OUT/proc$s.err")"; done
+  for s in 1 2; do echo "two processes, --limit 8GiB, ${LIMIT_PAGE:-default} pages, #$s: $(cat "$OUT/proc$s.json") $(tail -1 "$OUT/proc$s.err")"; done
 fi
 python3 - "$OUT" "$WORKLOADS" "$PAGES" <<'PY'
 import json, os, sys

@@ -22,6 +22,7 @@ struct Bound {
   const char* file;
   bool in_repo;          // data/ (else the shared directory)
   double ratio_bound;    // peak reserved / peak live, and min-capacity / peak live
+  double limit = 1.02;   // a replay with this capacity over peak live completes
 };
 
 void PrintTo(const Bound& b, std::ostream* os) { *os << b.file; }
@@ -48,19 +49,22 @@ TEST_P(TraceBound, PeakReservedAndMinCapacityStayWithinTheBound) {
 
   ReplayOptions limited;
   limited.page = kPage;
-  limited.capacity = std::uint64_t(std::ceil(live * 1.02));
-  EXPECT_EQ(replay(t, limited).ooms, 0u) << "at 1.02x peak live the replay must complete";
+  limited.capacity = std::uint64_t(std::ceil(live * b.limit));
+  EXPECT_EQ(replay(t, limited).ooms, 0u) << "at " << b.limit << "x peak live the replay must complete";
 }
 
-// 1.01 is the target, met by every trace (llama_generate, the closest, 1.0099 since whole-page requests
-// get whole pages: see Arena::start_in and BENCHMARKS.md).
+// 1.01 is the target, met by every shared trace (llama_generate, the closest, 1.0099 since whole-page
+// requests get whole pages: see Arena::start_in and BENCHMARKS.md). train_generate (bench/gpu/train.py's
+// GPT-2 generate, recorded on an H200 on 2026-11-23) misses it: 1.0201, and it needs 1.0225x to complete;
+// its KV-cache tensors grow by a token each step, and the freed ones leave part-granules (< 2 MiB) beside
+// live neighbours that neither stitching nor giving back can use. Held here at what it reaches today.
 INSTANTIATE_TEST_SUITE_P(
     Traces, TraceBound,
     ::testing::Values(Bound{"transformer_varlen.jsonl.gz", false, 1.01}, Bound{"resnet_varbatch.jsonl.gz", false, 1.01},
                       Bound{"llama_generate.jsonl.gz", false, 1.01}, Bound{"vit_train.jsonl.gz", false, 1.01},
                       Bound{"bert_finetune.jsonl.gz", false, 1.01}, Bound{"notebook.jsonl.gz", false, 1.01},
                       Bound{"gpt2_generate.jsonl.gz", true, 1.01}, Bound{"pipeline3.jsonl.gz", true, 1.01},
-                      Bound{"detection.jsonl.gz", true, 1.01}),
+                      Bound{"detection.jsonl.gz", true, 1.01}, Bound{"train_generate.jsonl.gz", true, 1.023, 1.023}),
     [](const auto& info) {
       std::string name = info.param.file;
       return name.substr(0, name.find('.'));
