@@ -226,7 +226,7 @@ HZ=$(getconf CLK_TCK)
 TOP_PCT=$(awk "BEGIN{printf \"%.2f\", ($T1-$T0)/$HZ/30*100}")
 SMI_PCT=$(awk "BEGIN{printf \"%.2f\", ($S1-$S0)/$HZ/30*100}")
 row "top -d 1: CPU % of a core (30 refreshes)" "gpumem top $TOP_PCT % / nvidia-smi -l 1 $SMI_PCT % ($(verdict "$TOP_PCT <= 1") <=1 %)"
-grep -q "ALLOC" "$OUTDIR/top_screen.txt" && grep -Eq "python3? .*[0-9.]+G" "$OUTDIR/top_screen.txt" \
+grep -q "ALLOC" "$OUTDIR/top_screen.txt" && grep -Eq "[0-9.]+G .*python3?" "$OUTDIR/top_screen.txt" \
   && row "top shows the gpumem run process" "yes" || { row "top shows the gpumem run process" "NO (see top_screen.txt)"; FAILS=$((FAILS+1)); }
 kill "$RUNPID" 2>/dev/null
 

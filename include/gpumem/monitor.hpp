@@ -48,6 +48,7 @@ struct GpuSample {
   std::optional<unsigned> remapped_rows_correctable, remapped_rows_uncorrectable;
   std::optional<bool> row_remap_failure;
   std::optional<unsigned long long> bar1_used;
+  std::optional<unsigned long long> cc_protected_used;  // confidential-computing memory (dmon ccpm)
   std::optional<unsigned long long> ecc_corrected, ecc_uncorrected;  // volatile counts
   std::optional<std::vector<ProcessSample>> processes;  // absent: the process list could not be read
   std::string processes_error;                          // why, when absent

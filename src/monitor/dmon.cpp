@@ -25,7 +25,7 @@ std::vector<Column> columns(const DmonColumns& c) {
   if (c.util && c.jpg_ofa) out.insert(out.end(), {{"jpg", "%"}, {"ofa", "%"}});
   if (c.clocks) out.insert(out.end(), {{"mclk", "MHz"}, {"pclk", "MHz"}});
   if (c.violations) out.insert(out.end(), {{"pviol", "%"}, {"tviol", "bool"}});
-  if (c.memory) out.insert(out.end(), {{"fb", "MB"}, {"bar1", "MB"}});
+  if (c.memory) out.insert(out.end(), {{"fb", "MB"}, {"bar1", "MB"}, {"ccpm", "MB"}});
   if (c.ecc) out.insert(out.end(), {{"sbecc", "errs"}, {"dbecc", "errs"}, {"pci", "errs"}});
   if (c.pcie) out.insert(out.end(), {{"rxpci", "MB/s"}, {"txpci", "MB/s"}});
   if (c.gpumem) out.insert(out.end(), {{"resv", "MiB"}, {"free", "MiB"}});
@@ -101,6 +101,7 @@ std::string dmon_lines(const SampleSet& sample, const DmonColumns& cols) {
     if (cols.memory) {
       add(line, mib(g.memory_used));
       add(line, mib(g.bar1_used));
+      add(line, mib(g.cc_protected_used));
     }
     if (cols.ecc) {
       add(line, count(g.ecc_corrected));

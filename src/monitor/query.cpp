@@ -201,7 +201,14 @@ const std::vector<QueryField>& gpu_fields() {
        [](GpuView& g) { return string_reading(g, on_device(g, [](const nvml::Nvml& n, abi::Device d) { return n.vbios_version(d); })); }, {}, Refresh::kOnce},
       {"serial", {"gpu_serial"}, nullptr,
        [](GpuView& g) { return string_reading(g, on_device(g, [](const nvml::Nvml& n, abi::Device d) { return n.serial(d); })); }, {}, Refresh::kOnce},
-      {"display_mode", {}, nullptr, [](GpuView& g) { return enabled_uint_cell(g, &nvml::Functions::display_mode); }, {}, Refresh::kEverySecond},
+      // Deprecated by NVIDIA: nvidia-smi 580 prints this sentence instead of a value.
+      {"display_mode", {}, nullptr, [](GpuView& g) {
+         auto r = on_device(g, [](const nvml::Nvml& n, nvml::abi::Device d) {
+           return n.uint_property(d, &nvml::Functions::display_mode);
+         });
+         return r.status == nvml::abi::kErrorGpuIsLost ? failure(g.nvml(), r)
+                                                       : text_cell("[Requested functionality has been deprecated]");
+       }, {}, Refresh::kOnce},
       {"display_active", {}, nullptr, [](GpuView& g) { return enabled_uint_cell(g, &nvml::Functions::display_active); }, {}, Refresh::kEverySecond},
       {"pcie.link.gen.current", {"pcie.link.gen.gpucurrent"}, nullptr, [](GpuView& g) { return uint_cell(g, &nvml::Functions::pcie_gen_current); }, {}},
       {"pcie.link.gen.max", {"pcie.link.gen.gpumax"}, nullptr, [](GpuView& g) { return uint_cell(g, &nvml::Functions::pcie_gen_max); }, {}, Refresh::kOnce},

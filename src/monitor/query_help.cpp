@@ -48,7 +48,7 @@ const std::map<std::string, const char*>& descriptions() {
       {"mig.mode.current", "The MIG mode that the GPU is currently operating under."},
       {"vbios_version", "The BIOS of the GPU board."},
       {"serial", "This number matches the serial number physically printed on each board. It is a globally unique immutable alpha-numeric value."},
-      {"display_mode", "A flag that indicates whether a physical display (e.g. monitor) is currently connected to any of the GPU's connectors."},
+      {"display_mode", "Deprecated, do not use."},
       {"display_active", "A flag that indicates whether a display is initialized on the GPU's (e.g. memory is allocated on the device for display)."},
       {"pcie.link.gen.current", "The current PCI-E link generation. These may be reduced when the GPU is not in use."},
       {"pcie.link.gen.max", "The maximum PCI-E link generation possible with this GPU and system configuration."},

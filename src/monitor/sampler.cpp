@@ -129,6 +129,7 @@ GpuSample sample_gpu(const nvml::Nvml& nvml, const GpuRef& ref, bool processes, 
   s.jpg_percent = opt(ask(F::kJpg, [&] { return nvml.jpg_percent(d); }));
   s.ofa_percent = opt(ask(F::kOfa, [&] { return nvml.ofa_percent(d); }));
   if (auto b = ask(F::kBar1, [&] { return nvml.bar1_memory(d); })) s.bar1_used = b->used;
+  if (auto c = ask(F::kCcProtected, [&] { return nvml.cc_protected_memory(d); })) s.cc_protected_used = c->used;
   s.ecc_corrected =
       opt(ask(F::kEccCorrected, [&] { return nvml.ecc_errors(d, abi::kEccCorrected, abi::kEccVolatile); }));
   s.ecc_uncorrected =

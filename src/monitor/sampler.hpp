@@ -17,7 +17,7 @@ namespace gpumem::monitor {
 // the fan speed of an H200 (BENCHMARKS.md, Monitor), more than all its live values together.
 enum class SampleField : unsigned {
   kUtilization, kTemperature, kMemoryTemperature, kPower, kClockGraphics, kClockSm, kClockMemory, kFan,
-  kEnergy, kPcieReplays, kPstate, kEncoder, kDecoder, kJpg, kOfa, kBar1, kEccCorrected, kEccUncorrected, kCount
+  kEnergy, kPcieReplays, kPstate, kEncoder, kDecoder, kJpg, kOfa, kBar1, kCcProtected, kEccCorrected, kEccUncorrected, kCount
 };
 using Unsupported = std::bitset<static_cast<size_t>(SampleField::kCount)>;
 

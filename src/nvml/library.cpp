@@ -104,6 +104,7 @@ void Library::resolve() {
   bind(h, fn_.encoder_utilization, {"nvmlDeviceGetEncoderUtilization"});
   bind(h, fn_.decoder_utilization, {"nvmlDeviceGetDecoderUtilization"});
   bind(h, fn_.bar1_memory, {"nvmlDeviceGetBAR1MemoryInfo"});
+  bind(h, fn_.cc_protected_memory, {"nvmlDeviceGetConfComputeProtectedMemoryUsage"});
   bind(h, fn_.jpg_utilization, {"nvmlDeviceGetJpgUtilization"});
   bind(h, fn_.ofa_utilization, {"nvmlDeviceGetOfaUtilization"});
   bind(h, fn_.violation_status, {"nvmlDeviceGetViolationStatus"});

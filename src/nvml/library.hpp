@@ -70,6 +70,7 @@ struct Functions {
   Return (*encoder_utilization)(Device, unsigned*, unsigned*) = nullptr;
   Return (*decoder_utilization)(Device, unsigned*, unsigned*) = nullptr;
   Return (*bar1_memory)(Device, abi::BAR1Memory*) = nullptr;
+  Return (*cc_protected_memory)(Device, abi::Memory_v1*) = nullptr;  // confidential computing
   Return (*jpg_utilization)(Device, unsigned*, unsigned*) = nullptr;
   Return (*ofa_utilization)(Device, unsigned*, unsigned*) = nullptr;
   Return (*violation_status)(Device, unsigned, abi::ViolationTime*) = nullptr;

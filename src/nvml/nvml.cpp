@@ -264,6 +264,12 @@ Reading<MemoryInfo> Nvml::bar1_memory(Device d) const {
   return Reading<MemoryInfo>::ok(MemoryInfo{r->bar1Total, r->bar1Free, r->bar1Used, std::nullopt});
 }
 
+Reading<MemoryInfo> Nvml::cc_protected_memory(Device d) const {
+  auto r = read_scalar<abi::Memory_v1>(lib_->fn().cc_protected_memory, d);
+  if (!r) return Reading<MemoryInfo>::fail(r.status);
+  return Reading<MemoryInfo>::ok(MemoryInfo{r->total, r->free, r->used, std::nullopt});
+}
+
 Reading<std::vector<GpuProcess>> Nvml::compute_processes(Device d) const {
   return processes(d, lib_->fn().compute_processes, false);
 }

@@ -109,6 +109,8 @@ class Nvml {
   Reading<unsigned> encoder_percent(Device d) const;
   Reading<unsigned> decoder_percent(Device d) const;
   Reading<MemoryInfo> bar1_memory(Device d) const;
+  // Memory protected for confidential computing (nvidia-smi dmon's ccpm; 0 with CC off).
+  Reading<MemoryInfo> cc_protected_memory(Device d) const;
   Reading<unsigned> jpg_percent(Device d) const;
   Reading<unsigned> ofa_percent(Device d) const;
   Reading<ViolationCounter> violation(Device d, unsigned perf_policy) const;

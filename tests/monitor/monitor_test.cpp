@@ -105,7 +105,7 @@ TEST(DmonParse, MetricGroups) {
   // nvidia-smi's columns per letter, in its layout.
   EXPECT_EQ(dmon_header(parse_dmon_metrics("u")), "# gpu     sm    mem    enc    dec \n# Idx      %      %      %      % \n");
   EXPECT_EQ(dmon_header(parse_dmon_metrics("me")),
-            "# gpu     fb   bar1  sbecc  dbecc    pci \n# Idx     MB     MB   errs   errs   errs \n");
+            "# gpu     fb   bar1   ccpm  sbecc  dbecc    pci \n# Idx     MB     MB     MB   errs   errs   errs \n");
   // v after c, as nvidia-smi orders its groups; jpg/ofa follow dec where the driver has them.
   EXPECT_EQ(dmon_header(parse_dmon_metrics("vc")), "# gpu   mclk   pclk  pviol  tviol \n# Idx    MHz    MHz      %   bool \n");
   auto engines = parse_dmon_metrics("u");

@@ -442,6 +442,14 @@ EXPORT abi::Return nvmlDeviceGetDecoderUtilization(abi::Device d, unsigned* u, u
   *period = 167000;
   return value_as(d, "dec", u, "0");
 }
+EXPORT abi::Return nvmlDeviceGetConfComputeProtectedMemoryUsage(abi::Device d, abi::Memory_v1* m) {
+  unsigned long long used = 0;
+  abi::Return rc = value(d, "ccpm_used_mib", &used, "0");
+  if (rc != abi::kSuccess) return rc;
+  m->total = m->used = used << 20;
+  m->free = 0;
+  return abi::kSuccess;
+}
 EXPORT abi::Return nvmlDeviceGetBAR1MemoryInfo(abi::Device d, abi::BAR1Memory* m) {
   unsigned long long used = 0, total = 0;
   abi::Return rc = value(d, "bar1_used_mib", &used, "1");
