@@ -96,8 +96,8 @@ std::optional<ProcInfo> read_process(int pid) {
   if (p.uid != static_cast<uid_t>(-1)) p.user = user_name(p.uid);
   std::string cmd = read_file(dir + "/cmdline");
   while (!cmd.empty() && cmd.back() == '\0') cmd.pop_back();
-  for (char& c : cmd)  // arguments, and newlines or escapes inside them, become spaces: one screen row
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  for (char& c : cmd)
+    if (c == '\0') c = ' ';
   p.cmdline = cmd;
   p.container = container_from_cgroup(read_file(dir + "/cgroup"));
   return p;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "gpumem/printable.hpp"
+
 namespace gpumem::tui {
 
 const char* sort_name(SortKey k) {
@@ -92,7 +94,7 @@ std::string command_of(const ProcRow& row) {
   if (row.kind == RowKind::kGone) return "[gone: NVML lists it, no such process]";
   std::string cmd = !row.proc ? "?" : !row.proc->cmdline.empty() ? row.proc->cmdline : "[" + row.proc->comm + "]";
   if (row.kind == RowKind::kNoContext) cmd = "[no context] " + cmd;
-  return cmd;
+  return gpumem::printable(cmd);  // a newline or escape inside an argument (python3 -c "...") stays on its row
 }
 
 std::string describe(const ProcRow& row) {

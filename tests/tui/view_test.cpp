@@ -60,6 +60,17 @@ TEST(TopView, ShortFormats) {
   EXPECT_NE(command_of(gone).find("gone"), std::string::npos);
 }
 
+// A python3 -c "..." program's newlines (or a hostile escape) must not break the screen row.
+TEST(TopView, CommandControlCharactersAreEscaped) {
+  ProcRow row;
+  row.proc = gpumem::monitor::ProcInfo{};
+  row.proc->cmdline = "python3 -c \nimport torch\x1b[2J";
+  const std::string shown = command_of(row);
+  EXPECT_EQ(shown.find('\n'), std::string::npos);
+  EXPECT_EQ(shown.find('\x1b'), std::string::npos);
+  EXPECT_NE(shown.find("python3 -c \\nimport torch"), std::string::npos) << shown;
+}
+
 TEST(TopView, SmColumnWhereNvmlHasIt) {
   auto wide = fit_columns(200);
   auto sm = std::find_if(wide.begin(), wide.end(), [](const Column& c) { return std::string(c.title) == "%SM"; });
