@@ -264,19 +264,23 @@ Block* Arena::take(Block* b, std::size_t size) {
 }
 
 Block* Arena::split_free(Block* b, DevicePtr at) {
+  free_.insert(insert_front(b, at - b->addr, BlockState::free));
+  return b;
+}
+
+Block* Arena::insert_front(Block* b, std::size_t bytes, BlockState state) {
   Block* front = recycler_.make();
   front->addr = b->addr;
-  front->size = at - b->addr;
+  front->size = bytes;
   front->region = b->region;
-  front->state = BlockState::free;
+  front->state = state;
   front->prev = b->prev;
   front->next = b;
   if (b->prev) b->prev->next = front;
   else b->region->first = front;
   b->prev = front;
-  free_.resize(b, at, b->end() - at);
-  free_.insert(front);
-  return b;
+  free_.resize(b, b->addr + bytes, b->size - bytes);
+  return front;
 }
 
 Block* Arena::take_front(Block* b, std::size_t size) {
@@ -286,18 +290,7 @@ Block* Arena::take_front(Block* b, std::size_t size) {
     return b;
   }
   // The free block keeps the rest (often without leaving its size class); a new record takes the front.
-  Block* front = recycler_.make();
-  front->addr = b->addr;
-  front->size = size;
-  front->region = b->region;
-  front->state = BlockState::allocated;
-  front->prev = b->prev;
-  front->next = b;
-  if (b->prev) b->prev->next = front;
-  else b->region->first = front;
-  b->prev = front;
-  free_.resize(b, b->addr + size, b->size - size);
-  return front;
+  return insert_front(b, size, BlockState::allocated);
 }
 
 Block* Arena::take_at(DevicePtr addr, std::size_t size) {

@@ -126,6 +126,8 @@ class Arena {
   // Splits free block `b` at `at` (inside it): the front part stays free; returns the part from `at`.
   Block* split_free(Block* b, DevicePtr at);
   Block* take_front(Block* b, std::size_t size);
+  // A new block of `bytes` in `state` before free block b, which keeps the rest; returns the new block.
+  Block* insert_front(Block* b, std::size_t bytes, BlockState state);
   Block* grow_virtual(std::size_t size);
   Block* grow_plain(std::size_t size);
   Region& new_region(std::size_t min_bytes);
