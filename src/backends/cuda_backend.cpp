@@ -3,7 +3,6 @@
 
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -11,6 +10,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "backends/call_timer.hpp"
 #include "backends/cuda_driver.hpp"
 
 namespace gpumem {
@@ -19,22 +19,6 @@ namespace {
 using namespace gpumem::cuda;
 
 constexpr std::size_t kDefaultPage = std::size_t(16) << 20;
-
-// Adds the wall time of its scope to a counter: what each kind of driver call costs on the running workload.
-class Timed {
- public:
-  explicit Timed(std::uint64_t& into) noexcept : into_(into), start_(std::chrono::steady_clock::now()) {}
-  ~Timed() {
-    into_ += std::uint64_t(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count());
-  }
-  Timed(const Timed&) = delete;
-  Timed& operator=(const Timed&) = delete;
-
- private:
-  std::uint64_t& into_;
-  std::chrono::steady_clock::time_point start_;
-};
 
 class CudaBackend final : public Backend {
  public:
