@@ -9,11 +9,8 @@
 # Usage: scripts/gpu-check-exporter.sh [path/to/gpumem]
 set -uo pipefail
 cd "$(dirname "$0")/.."
-BIN=${1:-}
-for c in "$BIN" .device/mon/gpumem build-mon/gpumem build/gpumem; do
-  if [[ -n "$c" && -x "$c" ]]; then BIN=$c; break; fi
-done
-[[ -x "$BIN" ]] || { echo "gpu-check-exporter: no gpumem binary (build it or pass its path)"; exit 1; }
+source scripts/gpu-find-gpumem.sh
+find_gpumem gpu-check-exporter "${1:-}"
 OUTDIR=${OUT:-/tmp/gpumem-exporter-check}
 CPU_S=${CPU_S:-30}
 mkdir -p "$OUTDIR"

@@ -11,13 +11,8 @@
 # Usage: scripts/gpu-check-health.sh [path/to/gpumem]   (default: build/gpumem)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-BIN=${1:-}
-for c in "$BIN" .device/mon/gpumem build-mon/gpumem build/gpumem; do
-  if [[ -n "$c" && -x "$c" ]]; then BIN=$c; break; fi
-done
-[[ -x "$BIN" ]] || { echo "gpu-check-health: no gpumem binary (build it or pass its path)"; exit 1; }
-# gpumem-exporter of a .device build finds the cpp-httplib it carries beside it.
-export LD_LIBRARY_PATH="$(dirname "$BIN")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+source scripts/gpu-find-gpumem.sh
+find_gpumem gpu-check-health "${1:-}"
 command -v nvidia-smi >/dev/null || { echo "gpu-check-health: nvidia-smi not found"; exit 1; }
 FAILS=0
 pass() { echo "PASS $*"; }

@@ -11,11 +11,8 @@
 # Usage: scripts/gpu-check-monitor.sh [path/to/gpumem]   (default: .device/mon/gpumem, build/gpumem)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-BIN=${1:-}
-for c in "$BIN" .device/mon/gpumem build-mon/gpumem build/gpumem; do
-  if [[ -n "$c" && -x "$c" ]]; then BIN=$c; break; fi
-done
-[[ -x "$BIN" ]] || { echo "gpu-check-monitor: no gpumem binary (build it or pass its path)"; exit 1; }
+source scripts/gpu-find-gpumem.sh
+find_gpumem gpu-check-monitor "${1:-}"
 OUTDIR=${OUT:-/tmp/gpumem-monitor-check}
 mkdir -p "$OUTDIR"
 N=${N:-30}
