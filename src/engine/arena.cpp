@@ -22,6 +22,7 @@ Arena::Arena(Backend& backend, PhysicalMemory& physical, BlockRecycler& recycler
 Arena::~Arena() {
   std::lock_guard lock(physical_.mutex());
   for (auto& [va, m] : mappings_) physical_.unmap(va, m.piece);  // chunks are released by PhysicalMemory
+  for (auto& [number, event] : lend_events_) backend_.release_event(event);
   for (auto& r : regions_) {
     for (Block* b = r->first; b; b = b->next) {
       delete b->other_streams;
@@ -36,7 +37,7 @@ std::size_t Arena::chunk_quantum() const {
   if (config_.min_chunk_bytes) return round_up(config_.min_chunk_bytes, granularity_);
   // Grow in steps of 1/256 of what is reserved: few device calls while memory ramps up, and never
   // more than 0.4% taken beyond the need when the program reaches its peak.
-  if (small_) return granularity_;  // small blocks are few bytes in all: grow page by page
+  if (small_ || exact_growth_) return granularity_;  // small blocks are few bytes; see grow_virtual
   std::size_t q = std::clamp(physical_.reserved() / 256, granularity_, kMaxQuantum);
   return round_up(q, granularity_);
 }
@@ -83,25 +84,59 @@ Region& Arena::new_region(std::size_t min_bytes) {
   return *regions_.back();
 }
 
+Block* Arena::free_tail(const Region& r) const noexcept {
+  Block* last = r.last;
+  return last && last->state == BlockState::free && last->end() == r.base + r.top ? last : nullptr;
+}
+
+std::size_t Arena::top_need(const Region& r, const Block* tail, std::size_t size) const noexcept {
+  // The new block starts in the free tail, aligned (take() puts it there), or at the top.
+  if (!tail) return round_up(size, granularity_);
+  const bool whole_pages = align_blocks_ && size % granularity_ == 0;
+  const DevicePtr start = whole_pages ? page_start(tail->addr, size) : tail->addr;  // as start_in puts it
+  return round_up(start + size - std::min(start + size, r.base + r.top), granularity_);
+}
+
 Block* Arena::grow_virtual(std::size_t size) {
   Region* r = regions_.empty() ? nullptr : regions_.back().get();
-  Block* tail = nullptr;
-  if (r && r->last && r->last->state == BlockState::free && r->last->end() == r->base + r->top) tail = r->last;
-  // The new block starts in the free tail, aligned (take() puts it there), or at the top.
-  std::size_t need = round_up(size, granularity_);
-  if (tail) {
-    const bool whole_pages = align_blocks_ && size % granularity_ == 0;
-    const DevicePtr start = whole_pages ? page_start(tail->addr, size) : tail->addr;  // as start_in puts it
-    need = round_up(start + size - std::min(start + size, r->base + r->top), granularity_);
-  }
-  // Taking free pieces and lending may bring up to a large page more than the need (whole pages).
-  if (!r || r->top + need + backend_.large_page() > r->size) {
+  // Taking free pieces and lending may bring up to a large page more than the need (whole pages), and
+  // lending may take the free tail's pages.
+  if (!r || r->top + round_up(size, granularity_) + 2 * backend_.large_page() > r->size)
     r = &new_region(round_up(size, granularity_));
-    tail = nullptr;
-    need = round_up(size, granularity_);
-  }
+  // Bytes in use here plus the request: at or below an earlier growth's, this growth is fragmentation
+  // (the memory sufficed before), so it takes only what is missing, not a growth quantum.
+  const std::size_t demand = mapped_bytes_ - free_.bytes() + size;
+  exact_growth_ = demand <= demand_high_;
+  demand_high_ = std::max(demand_high_, demand);
+  const HoleFit fit = hole_fit(size);
   std::lock_guard lock(physical_.mutex());
   std::vector<Piece> pieces;
+  Block* tail = free_tail(*r);
+  std::size_t need = top_need(*r, tail, size);
+  if (fit.hole && fit.bytes < need) {
+    gather(fit.bytes, fit.hole->size, Keep{{fit.hole->prev, fit.hole->next}}, pieces);
+    std::size_t got = 0;
+    for (const Piece& p : pieces) got += p.bytes;
+    if (got <= fit.hole->size) return fill_hole(fit, pieces);
+    // More whole pages came than the hole holds: they go to the top (whose tail they may include).
+    tail = free_tail(*r);
+    need = top_need(*r, tail, size);
+    if (got < need) {
+      try {
+        gather(need - got, r->size - r->top - got, Keep{{tail}}, pieces);
+      } catch (...) {
+        for (const Piece& p : pieces) physical_.give_piece(p);
+        throw;
+      }
+    }
+  } else {
+    gather(need, r->size - r->top, Keep{{tail}}, pieces);
+  }
+  return map_at_top(*r, tail, pieces);
+}
+
+void Arena::gather(std::size_t need, std::size_t room, Keep keep, std::vector<Piece>& pieces) {
+  const std::size_t had = pieces.size();
   std::size_t got = physical_.take_pieces(need, pieces);
   // Stitch when memory is tight: most of what is reserved is in use, or the limit is near. With much
   // mapped memory free, the miss is fragmentation that growing cures for good, while stitching would
@@ -111,31 +146,32 @@ Block* Arena::grow_virtual(std::size_t size) {
                physical_.would_exceed_limit(need - got);
   auto stitch = [&] {
     if (!stitching_) return;
-    if (got < need) got += lend(need - got, tail, pieces);
-    if (got < need && sibling_) got += sibling_->lend(need - got, nullptr, pieces);
+    if (got < need) got += lend(need - got, keep, pieces);
+    if (got < need && sibling_) got += sibling_->lend(need - got, Keep{}, pieces);
     if (got < need) got += physical_.lend_foreign(need - got, this, pieces);
   };
   if (tight) stitch();
-  if (got < need) {
-    try {
-      create_for(need - got, r->size - r->top - got, pieces);
-      got = need;
-    } catch (const OutOfMemoryError&) {
-      if (!tight) stitch();  // the device is full: stitching is all that is left
-      if (got < need) {
-        for (const Piece& p : pieces) physical_.give_piece(p);
-        throw;
-      }
-    } catch (...) {
-      for (const Piece& p : pieces) physical_.give_piece(p);
+  if (got >= need) return;
+  auto give_back = [&] {
+    for (std::size_t i = had; i < pieces.size(); ++i) physical_.give_piece(pieces[i]);
+    pieces.resize(had);
+  };
+  try {
+    create_for(need - got, room - std::min(room, got), pieces);
+  } catch (const OutOfMemoryError&) {
+    if (!tight) stitch();  // the device is full: stitching is all that is left
+    if (got < need) {
+      give_back();
       throw;
     }
+  } catch (...) {
+    give_back();
+    throw;
   }
-  return map_at_top(*r, tail, pieces);
 }
 
 void Arena::create_for(std::size_t want, std::size_t room, std::vector<Piece>& out) {
-  std::size_t chunk = std::min(std::max(want, chunk_quantum()), room);
+  std::size_t chunk = std::max(std::min(std::max(want, chunk_quantum()), room), want);
   if (physical_.would_exceed_limit(chunk)) chunk = want;
   try {
     create_paged(chunk, want, out);
@@ -167,6 +203,13 @@ void Arena::create_paged(std::size_t bytes, std::size_t want, std::vector<Piece>
 }
 
 Block* Arena::map_at_top(Region& r, Block* tail, std::vector<Piece>& pieces) {
+  const DevicePtr at = r.base + r.top;
+  const std::size_t mapped = map_pieces(at, pieces);
+  hub_.emit(EventKind::segment_map, at, mapped, 0, stream_);
+  return extend_top(r, tail, mapped);
+}
+
+std::size_t Arena::map_pieces(DevicePtr at, std::vector<Piece>& pieces) {
   // One mapping per page (or per map_unit_bytes), so that empty_cache() can give back any page that
   // holds no live byte; one map_run for all of them, so access is granted once (the costly driver call).
   // The order of pieces under the new addresses does not matter: sorted, neighbours in a chunk merge.
@@ -187,7 +230,6 @@ Block* Arena::map_at_top(Region& r, Block* tail, std::vector<Piece>& pieces) {
     for (std::size_t off = 0; off < p.bytes; off += unit)
       units.push_back(Piece{p.chunk, p.offset + off, std::min(unit, p.bytes - off)});
   }
-  const DevicePtr at = r.base + r.top;
   try {
     physical_.map_run(at, units);  // all or nothing
   } catch (...) {
@@ -200,8 +242,7 @@ Block* Arena::map_at_top(Region& r, Block* tail, std::vector<Piece>& pieces) {
     mappings_.emplace_hint(before, at + mapped, Mapping{u.bytes, u});
     mapped += u.bytes;
   }
-  hub_.emit(EventKind::segment_map, at, mapped, 0, stream_);
-  return extend_top(r, tail, mapped);
+  return mapped;
 }
 
 Block* Arena::extend_top(Region& r, Block* tail, std::size_t bytes) {
@@ -301,7 +342,7 @@ Block* Arena::take_at(DevicePtr addr, std::size_t size) {
   return take_front(b, size);
 }
 
-void Arena::release(Block* b) noexcept {
+Block* Arena::release(Block* b) noexcept {
   b->requested = 0;
   delete b->other_streams;
   b->other_streams = nullptr;
@@ -315,21 +356,24 @@ void Arena::release(Block* b) noexcept {
     recycler_.recycle(b);
     recycler_.recycle(next);
     free_.resize(prev, prev->addr, merged);
+    return prev;
   } else if (prev) {
     std::size_t merged = prev->size + b->size;
     unlink(b);
     recycler_.recycle(b);
     free_.resize(prev, prev->addr, merged);
+    return prev;
   } else if (next) {
     std::size_t merged = next->size + b->size;
     DevicePtr addr = b->addr;
     unlink(b);
     recycler_.recycle(b);
     free_.resize(next, addr, merged);
-  } else {
-    b->state = BlockState::free;
-    free_.insert(b);
+    return next;
   }
+  b->state = BlockState::free;
+  free_.insert(b);
+  return b;
 }
 
 bool Arena::owns(DevicePtr p) const noexcept {

@@ -6,7 +6,10 @@
 // physical memory behind free page-aligned ranges anywhere below (stitching, as in GMLake: the same
 // pages are mapped a second time at the top and their old addresses become a hole, so no unmap and no
 // wait are needed), and only then asks the device for a new chunk. So at the peaks physical memory
-// follows live bytes, whatever the address layout.
+// follows live bytes, whatever the address layout. A request that would use the free part-page beside a
+// hole grows into that hole instead of at the top (arena_fill.cpp), once the lent pages' old mappings
+// there may go. Growth beyond what any earlier growth served takes a quantum more; growth at or below
+// it (fragmentation) takes only what is missing.
 // empty_cache() unmaps the mappings no block uses any more.
 // Without virtual memory each region is one plain device allocation (a "segment", as in PyTorch).
 //
@@ -14,6 +17,8 @@
 // memory take PhysicalMemory's mutex themselves.
 #pragma once
 #include <cstddef>
+#include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <vector>
@@ -58,8 +63,9 @@ class Arena {
   // Allocates exactly [addr, addr+size) out of the free block covering it; nullptr if that range is not
   // free here. For restoring a private pool's checkpoint.
   Block* take_at(DevicePtr addr, std::size_t size);
-  // Returns an allocated or pending block to the free set, merging it with free neighbours.
-  void release(Block* b) noexcept;
+  // Returns an allocated or pending block to the free set, merging it with free neighbours; returns the
+  // free block that holds it now.
+  Block* release(Block* b) noexcept;
   // Unmaps every fully free mapped range (VMM) or frees every fully free segment (plain).
   // Returns the bytes of physical memory that became unused.
   std::size_t release_cached();
@@ -107,7 +113,28 @@ class Arena {
   struct Mapping {
     std::size_t bytes;
     Piece piece;
+    std::uint64_t lent = 0;  // under a hole: the lend() that took its page elsewhere (see lends_done)
   };
+  // Filling a hole (arena_fill.cpp). Stitching leaves holes beside live blocks, and the free part of a
+  // page a live block shares with a hole can be neither lent nor given back: with growing tensors (a KV
+  // cache) such part-pages pile up. Growth that needs fewer new pages when mapped into a hole next to
+  // such free parts goes there, so the free parts become part of the new block.
+  struct HoleFit {
+    Block* hole = nullptr;
+    bool from_front = true;  // mapped from the hole's start (beside the free block before it), else up to its end
+    std::size_t bytes = 0;   // pages to map there
+  };
+  HoleFit hole_fit(std::size_t size);
+  // Maps `pieces` into fit.hole (at its start or up to its end) and returns the free block there.
+  Block* fill_hole(const HoleFit& fit, std::vector<Piece>& pieces);
+  // A lent page stays mapped at its old address (its hole) until that address is reused; the mapping
+  // may be removed once the work queued before the lend completed: lends are numbered, an event per
+  // lend, and lends_done() is the last lend known complete.
+  std::uint64_t note_lend(bool synchronized);
+  std::uint64_t lends_done();
+  // Maps pieces from `at`, one mapping per page (empty_cache gives back single pages), access granted
+  // once; records the mappings. Gives the pieces back to the physical pool if mapping fails.
+  std::size_t map_pieces(DevicePtr at, std::vector<Piece>& pieces);
   // Page placement (large arenas over virtual memory): a request of whole pages gets whole pages, so
   // that once it is freed they can be stitched elsewhere or given back. Packed at any 512-byte address
   // it would straddle one page more, and every free range it leaves would keep a part-page at each
@@ -129,13 +156,24 @@ class Arena {
   // A new block of `bytes` in `state` before free block b, which keeps the rest; returns the new block.
   Block* insert_front(Block* b, std::size_t bytes, BlockState state);
   Block* grow_virtual(std::size_t size);
+  // The free block that ends at the region's top, if any; the bytes to map at the top for `size`.
+  Block* free_tail(const Region& r) const noexcept;
+  std::size_t top_need(const Region& r, const Block* tail, std::size_t size) const noexcept;
   Block* grow_plain(std::size_t size);
   Region& new_region(std::size_t min_bytes);
   std::size_t chunk_quantum() const;
   // Stitching: hands the physical memory behind free, page-aligned ranges (never inside `keep`) to
   // `out`, largest first, until `bytes` are covered, leaving holes where it was. The memory stays
   // mapped there too, unused: lending needs no unmap and no synchronisation. Returns bytes lent.
-  std::size_t lend(std::size_t bytes, const Block* keep, std::vector<Piece>& out, bool sync_first = false);
+  struct Keep {  // free blocks that lending must leave alone
+    const Block* blocks[3] = {nullptr, nullptr, nullptr};
+    bool has(const Block* b) const noexcept { return b == blocks[0] || b == blocks[1] || b == blocks[2]; }
+  };
+  std::size_t lend(std::size_t bytes, Keep keep, std::vector<Piece>& out, bool sync_first = false);
+  // Pages for growth by `need` bytes, at most `room`: mapped nowhere, then (when memory is tight)
+  // lent from free ranges outside `keep`, then new chunks. Returns with at least `need` bytes more in
+  // `pieces`, or throws OutOfMemoryError having added nothing.
+  void gather(std::size_t need, std::size_t room, Keep keep, std::vector<Piece>& pieces);
   void collect_physical(DevicePtr start, std::size_t bytes, std::vector<Piece>& out) const;
   // Unmaps every mapping under which no block is in use; returns the bytes that became free pieces.
   std::size_t unmap_unused();
@@ -173,6 +211,10 @@ class Arena {
   std::vector<std::unique_ptr<Region>> regions_;
   std::map<DevicePtr, Mapping> mappings_;  // va -> mapping, VMM regions only
   std::size_t mapped_bytes_ = 0;
+  std::deque<std::pair<std::uint64_t, EventHandle>> lend_events_;  // lends not yet known complete
+  std::uint64_t lends_ = 0, lends_done_ = 0;
+  std::size_t demand_high_ = 0;  // the most bytes in use plus requested at any growth so far
+  bool exact_growth_ = false;    // this growth's demand was met before: fragmentation, not a new high
 };
 
 }  // namespace gpumem::engine

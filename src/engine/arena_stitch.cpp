@@ -10,10 +10,10 @@ std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to *
 }  // namespace
 
 std::size_t Arena::lend_to_other_stream(std::size_t bytes, std::vector<Piece>& out) {
-  return lend(bytes, nullptr, out, true);
+  return lend(bytes, Keep{}, out, true);
 }
 
-std::size_t Arena::lend(std::size_t bytes, const Block* keep, std::vector<Piece>& out, bool sync_first) {
+std::size_t Arena::lend(std::size_t bytes, Keep keep, std::vector<Piece>& out, bool sync_first) {
   struct Candidate {
     Block* block;
     DevicePtr start;
@@ -23,7 +23,7 @@ std::size_t Arena::lend(std::size_t bytes, const Block* keep, std::vector<Piece>
   // The largest size classes first, only until they cover the need: a stitch costs no full scan.
   std::size_t covered = 0;
   free_.for_each_largest_first(granularity_, [&](Block* b) {
-    if (b == keep || b->region->plain) return false;
+    if (keep.has(b) || b->region->plain) return false;
     DevicePtr start = page_ceil(b->addr), end = page_floor(b->end());  // whole pages only
     if (end <= start) return false;
     candidates.push_back({b, start, end - start});
@@ -42,10 +42,13 @@ std::size_t Arena::lend(std::size_t bytes, const Block* keep, std::vector<Piece>
     }
   }
   std::size_t lent = 0;
+  const std::uint64_t number = note_lend(sync_first);
   for (const Candidate& c : candidates) {
     if (lent >= bytes) break;
     std::size_t take = std::min(c.bytes, page_ceil(c.start + round_up(bytes - lent, granularity_)) - c.start);
     collect_physical(c.start, take, out);
+    for (auto it = mappings_.lower_bound(c.start); it != mappings_.end() && it->first < c.start + take; ++it)
+      it->second.lent = number;
     hub_.emit(EventKind::stitch, c.start, take, 0, stream_);
     carve_hole(c.block, c.start, take);
     mapped_bytes_ -= take;

@@ -55,16 +55,17 @@ TEST_P(TraceBound, PeakReservedAndMinCapacityStayWithinTheBound) {
 
 // 1.01 is the target, met by every shared trace (llama_generate, the closest, 1.0099 since whole-page
 // requests get whole pages: see Arena::start_in and BENCHMARKS.md). train_generate (bench/gpu/train.py's
-// GPT-2 generate, recorded on an H200 on 2026-11-23) misses it: 1.0201, and it needs 1.0225x to complete;
-// its KV-cache tensors grow by a token each step, and the freed ones leave part-granules (< 2 MiB) beside
-// live neighbours that neither stitching nor giving back can use. Held here at what it reaches today.
+// GPT-2 generate, recorded on an H200 on 2026-11-23) reaches 1.0079 but needs 1.0152x to complete: its
+// KV-cache tensors grow by a token each step, and the freed ones leave part-granules (< 2 MiB) beside
+// live neighbours; growth into the hole beside them (Arena::hole_fit) uses some, not all (1.0225x before).
+// Held here at what it reaches today, below the 1.02x of gpu-engine-check's --limit run.
 INSTANTIATE_TEST_SUITE_P(
     Traces, TraceBound,
     ::testing::Values(Bound{"transformer_varlen.jsonl.gz", false, 1.01}, Bound{"resnet_varbatch.jsonl.gz", false, 1.01},
                       Bound{"llama_generate.jsonl.gz", false, 1.01}, Bound{"vit_train.jsonl.gz", false, 1.01},
                       Bound{"bert_finetune.jsonl.gz", false, 1.01}, Bound{"notebook.jsonl.gz", false, 1.01},
                       Bound{"gpt2_generate.jsonl.gz", true, 1.01}, Bound{"pipeline3.jsonl.gz", true, 1.01},
-                      Bound{"detection.jsonl.gz", true, 1.01}, Bound{"train_generate.jsonl.gz", true, 1.023, 1.023}),
+                      Bound{"detection.jsonl.gz", true, 1.01}, Bound{"train_generate.jsonl.gz", true, 1.016, 1.02}),
     [](const auto& info) {
       std::string name = info.param.file;
       return name.substr(0, name.find('.'));

@@ -1,0 +1,111 @@
+// Filling holes beside free part-pages, and knowing when a lent page's old mapping may go. See arena.hpp.
+#include <algorithm>
+
+#include "engine/arena.hpp"
+
+namespace gpumem::engine {
+namespace {
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+constexpr std::uint64_t kNeverKnown = ~std::uint64_t(0);
+}  // namespace
+
+std::uint64_t Arena::note_lend(bool synchronized) {
+  if (synchronized) return lends_done();  // the stream was waited for: nothing queued reads the old addresses
+  lends_done();                           // retires finished lends, so the queue stays short
+  EventHandle event;
+  try {
+    event = backend_.record_event(stream_);
+  } catch (...) {
+    return kNeverKnown;  // such old mappings wait for unmap_unused(), which synchronizes
+  }
+  lend_events_.emplace_back(++lends_, event);
+  return lends_;
+}
+
+std::uint64_t Arena::lends_done() {
+  while (!lend_events_.empty()) {
+    const auto [number, event] = lend_events_.front();
+    bool done = false;
+    try {
+      done = backend_.event_done(event);
+    } catch (...) {
+    }
+    if (!done) break;
+    backend_.release_event(event);
+    lends_done_ = number;
+    lend_events_.pop_front();
+  }
+  return lends_done_;
+}
+
+Arena::HoleFit Arena::hole_fit(std::size_t size) {
+  // Only requests that do not fill whole pages can use a part-page; private pools never remap.
+  HoleFit best;
+  if (!align_blocks_ || !stitching_ || size % granularity_ == 0) return best;
+  const std::uint64_t done = lends_done();
+  for (const auto& rp : regions_) {
+    if (rp->plain) continue;
+    for (Block* h = rp->first; h; h = h->next) {
+      if (h->state != BlockState::hole) continue;
+      const Block* before = h->prev && h->prev->state == BlockState::free ? h->prev : nullptr;
+      const Block* after = h->next && h->next->state == BlockState::free ? h->next : nullptr;
+      const std::size_t front = before ? before->size : 0, back = after ? after->size : 0;
+      if (front + back == 0 || front + h->size + back < size) continue;
+      HoleFit fit{h, true, h->size};
+      if (before && front + h->size >= size) fit.bytes = round_up(size - front, granularity_);
+      else if (after && back + h->size >= size) fit = {h, false, round_up(size - back, granularity_)};
+      if (best.hole && best.bytes <= fit.bytes) continue;
+      // Old mappings of lent pages may be replaced only once the work queued before the lend is done.
+      bool ready = true;
+      for (auto it = mappings_.lower_bound(h->addr); ready && it != mappings_.end() && it->first < h->end(); ++it)
+        ready = it->second.lent <= done;
+      if (ready) best = fit;
+    }
+  }
+  return best;
+}
+
+Block* Arena::fill_hole(const HoleFit& fit, std::vector<Piece>& pieces) {
+  Block* h = fit.hole;
+  std::size_t bytes = 0;
+  for (const Piece& p : pieces) bytes += p.bytes;
+  const DevicePtr at = fit.from_front ? h->addr : h->end() - bytes;
+  // The lent pages' old mappings under the hole go first (their lends are complete: see hole_fit).
+  for (auto it = mappings_.lower_bound(h->addr); it != mappings_.end() && it->first < h->end();) {
+    hub_.emit(EventKind::segment_unmap, it->first, it->second.bytes, 0, stream_);
+    physical_.unmap(it->first, it->second.piece);
+    it = mappings_.erase(it);
+  }
+  map_pieces(at, pieces);  // gives the pieces back when it fails; the hole is unchanged then
+  hub_.emit(EventKind::segment_map, at, bytes, 0, stream_);
+  // Split the hole around [at, at + bytes); the middle becomes free and merges with its neighbours.
+  if (at > h->addr) {
+    Block* front = recycler_.make();
+    front->addr = h->addr;
+    front->size = at - h->addr;
+    front->region = h->region;
+    front->state = BlockState::hole;
+    if (h->prev) insert_after(h->prev, front);
+    else {
+      front->next = h;
+      h->region->first = front;
+      h->prev = front;
+    }
+    h->addr = at;
+    h->size -= front->size;
+  }
+  if (h->size > bytes) {
+    Block* back = recycler_.make();
+    back->addr = at + bytes;
+    back->size = h->size - bytes;
+    back->region = h->region;
+    back->state = BlockState::hole;
+    insert_after(h, back);
+    h->size = bytes;
+  }
+  mapped_bytes_ += bytes;
+  h->state = BlockState::allocated;  // release() takes allocated blocks
+  return release(h);
+}
+
+}  // namespace gpumem::engine

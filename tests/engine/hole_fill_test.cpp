@@ -1,0 +1,117 @@
+// Growth into holes (Arena::hole_fit / fill_hole) and exact growth at a demand met before.
+// The layout, in 2 MiB pages: a [0,3) c [8,11) d [11,18) live; b [3,8) freed and its whole pages [4,8)
+// lent to d, so [4,8) is a hole and [3,4) a free part-page that only a block reaching into the hole can
+// use. A 4.5 MiB request then maps 4 MiB into the hole and starts at 3 MiB, instead of 6 MiB at the top,
+// but only once the work queued before the lend is complete (the hole's old mappings must go first).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "gpumem/allocator.hpp"
+#include "gpumem/host_backend.hpp"
+#include "gpumem/sim_backend.hpp"
+
+namespace gpumem {
+namespace {
+constexpr std::size_t kMiB = std::size_t(1) << 20;
+
+std::int64_t reserved(const Allocator& a) { return a.stats().reserved_bytes[kAggregatePool].current; }
+std::uintptr_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+
+struct Layout {
+  void *a, *c, *d;
+};
+
+Layout hole_beside_a_part_page(Allocator& alloc) {
+  Layout l{};
+  l.a = alloc.allocate(3 * kMiB, 0);
+  void* b = alloc.allocate(5 * kMiB, 0);
+  l.c = alloc.allocate(3 * kMiB, 0);
+  EXPECT_EQ(addr(b), addr(l.a) + 3 * kMiB);
+  EXPECT_EQ(addr(l.c), addr(l.a) + 8 * kMiB);
+  alloc.deallocate(b, 0);
+  l.d = alloc.allocate(7 * kMiB, 0);  // stitched at the top from b's two whole pages and one new page
+  EXPECT_EQ(addr(l.d), addr(l.a) + 11 * kMiB);
+  EXPECT_EQ(reserved(alloc), std::int64_t(14 * kMiB));
+  return l;
+}
+
+TEST(HoleFill, ARequestUsesThePartPageBesideAHoleInsteadOfGrowingAtTheTop) {
+  Allocator alloc(std::make_shared<SimBackend>());
+  const Layout l = hole_beside_a_part_page(alloc);
+  void* e = alloc.allocate(4 * kMiB + kMiB / 2, 0);
+  EXPECT_EQ(addr(e), addr(l.a) + 3 * kMiB) << "the free part-page and the hole after it";
+  EXPECT_EQ(reserved(alloc), std::int64_t(18 * kMiB)) << "two pages mapped into the hole, not three at the top";
+  alloc.check_invariants();
+  for (void* p : {l.a, l.c, l.d, e}) alloc.deallocate(p, 0);
+  alloc.empty_cache();
+  EXPECT_EQ(reserved(alloc), 0);
+}
+
+TEST(HoleFill, AHoleWhosePagesWereLentIsNotRemappedBeforeTheLendingStreamGetsThere) {
+  SimBackendOptions o;
+  o.manual_events = true;
+  auto sim = std::make_shared<SimBackend>(o);
+  Allocator alloc(sim);
+  const Layout l = hole_beside_a_part_page(alloc);
+  void* e = alloc.allocate(4 * kMiB + kMiB / 2, 0);
+  EXPECT_EQ(addr(e), addr(l.a) + 18 * kMiB) << "work queued before the lend may still read the hole's old mappings";
+  alloc.check_invariants();
+  void* g = alloc.allocate(kMiB + kMiB / 2, 0);  // the rest of e's last page: the top has no free tail now
+  EXPECT_EQ(addr(g), addr(e) + 4 * kMiB + kMiB / 2);
+  sim->complete_stream(0);
+  void* f = alloc.allocate(4 * kMiB + kMiB / 2, 0);
+  EXPECT_EQ(addr(f), addr(l.a) + 3 * kMiB) << "once that work is done the hole can be filled";
+  alloc.check_invariants();
+  for (void* p : {l.a, l.c, l.d, e, f, g}) alloc.deallocate(p, 0);
+}
+
+TEST(HoleFill, FillingAHoleLeavesTheDataOfEveryLiveBlockAlone) {
+  HostBackendOptions o;
+  o.capacity = std::size_t(256) << 20;
+  Allocator alloc(std::make_shared<HostBackend>(o));
+  const Layout l = hole_beside_a_part_page(alloc);
+  // d's memory includes the pages lent from b, still mapped under the hole until it is filled.
+  struct Fill {
+    void* p;
+    std::size_t bytes;
+    unsigned char value;
+  };
+  std::vector<Fill> fills = {{l.a, 3 * kMiB, 0xA1}, {l.c, 3 * kMiB, 0xC3}, {l.d, 7 * kMiB, 0xD4}};
+  for (const Fill& f : fills) std::memset(f.p, f.value, f.bytes);
+  void* e = alloc.allocate(4 * kMiB + kMiB / 2, 0);
+  ASSERT_EQ(addr(e), addr(l.a) + 3 * kMiB);
+  std::memset(e, 0xE5, 4 * kMiB + kMiB / 2);
+  for (const Fill& f : fills) {
+    const auto* bytes = static_cast<const unsigned char*>(f.p);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < f.bytes; ++i) wrong += bytes[i] != f.value;
+    EXPECT_EQ(wrong, 0u) << "block of " << f.bytes << " bytes was overwritten";
+  }
+  alloc.check_invariants();
+  for (void* p : {l.a, l.c, l.d, e}) alloc.deallocate(p, 0);
+}
+
+TEST(ExactGrowth, GrowthAtADemandMetBeforeTakesOnlyWhatIsMissing) {
+  Allocator alloc(std::make_shared<SimBackend>());
+  // 400 blocks of 3 MiB, every other one freed: each freed block keeps a part-page (1 MiB) that no
+  // stitching can use, so 600 MiB are free but only 400 MiB of it in whole pages.
+  std::vector<void*> blocks;
+  for (int i = 0; i < 400; ++i) blocks.push_back(alloc.allocate(3 * kMiB, 0));
+  for (std::size_t i = 1; i < blocks.size(); i += 2) alloc.deallocate(blocks[i], 0);
+  const std::int64_t before = reserved(alloc);
+  // 1,200 MiB were in use before; 600 MiB + 402 MiB now: the pages missing come exactly, where a
+  // growth quantum (1/256 of reserved: 6 MiB) would be taken at a new high.
+  void* big = alloc.allocate(402 * kMiB, 0);
+  const std::int64_t grown = reserved(alloc) - before;
+  EXPECT_GT(grown, 0);
+  EXPECT_LE(grown, std::int64_t(4 * kMiB));
+  alloc.check_invariants();
+  alloc.deallocate(big, 0);
+  for (std::size_t i = 0; i < blocks.size(); i += 2) alloc.deallocate(blocks[i], 0);
+}
+
+}  // namespace
+}  // namespace gpumem
