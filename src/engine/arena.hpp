@@ -117,8 +117,10 @@ class Arena {
   };
   // Filling a hole (arena_fill.cpp). Stitching leaves holes beside live blocks, and the free part of a
   // page a live block shares with a hole can be neither lent nor given back: with growing tensors (a KV
-  // cache) such part-pages pile up. Growth that needs fewer new pages when mapped into a hole next to
-  // such free parts goes there, so the free parts become part of the new block.
+  // cache) such part-pages pile up; and a freed block a little smaller than the next request would be
+  // remapped whole at the top (an LM's logits, sized by each step's sequence length). Growth that needs
+  // fewer new pages when mapped into a hole next to a free block goes there, so the free block becomes
+  // part of the new one (whole-page requests only after a block that starts on a page).
   struct HoleFit {
     Block* hole = nullptr;
     bool from_front = true;  // mapped from the hole's start (beside the free block before it), else up to its end

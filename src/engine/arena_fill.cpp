@@ -41,7 +41,8 @@ std::uint64_t Arena::lends_done() {
 Arena::HoleFit Arena::hole_fit(std::size_t size) {
   // Only requests that do not fill whole pages can use a part-page; private pools never remap.
   HoleFit best;
-  if (!align_blocks_ || !stitching_ || size % granularity_ == 0) return best;
+  if (!align_blocks_ || !stitching_) return best;
+  const bool whole_pages = size % granularity_ == 0;
   const std::uint64_t done = lends_done();
   for (const auto& rp : regions_) {
     if (rp->plain) continue;
@@ -51,6 +52,8 @@ Arena::HoleFit Arena::hole_fit(std::size_t size) {
       const Block* after = h->next && h->next->state == BlockState::free ? h->next : nullptr;
       const std::size_t front = before ? before->size : 0, back = after ? after->size : 0;
       if (front + back == 0 || front + h->size + back < size) continue;
+      // Whole pages must start on a page (take() puts them there): only at a free block that does.
+      if (whole_pages && !(before && before->addr % granularity_ == 0 && front + h->size >= size)) continue;
       HoleFit fit{h, true, h->size};
       if (before && front + h->size >= size) fit.bytes = round_up(size - front, granularity_);
       else if (after && back + h->size >= size) fit = {h, false, round_up(size - back, granularity_)};

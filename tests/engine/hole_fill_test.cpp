@@ -94,6 +94,26 @@ TEST(HoleFill, FillingAHoleLeavesTheDataOfEveryLiveBlockAlone) {
   for (void* p : {l.a, l.c, l.d, e}) alloc.deallocate(p, 0);
 }
 
+TEST(HoleFill, AFreedBlockGrowsInPlaceIntoTheHoleAfterIt) {
+  // The LM's logits pattern: a whole-page request a little larger than a freed block whose neighbour's
+  // pages were lent away maps only the missing pages after that block, not all of them at the top.
+  auto sim = std::make_shared<SimBackend>();
+  Allocator alloc(sim);
+  void* x = alloc.allocate(8 * kMiB, 0);
+  void* y = alloc.allocate(8 * kMiB, 0);
+  void* z = alloc.allocate(8 * kMiB, 0);
+  alloc.deallocate(y, 0);
+  void* w = alloc.allocate(10 * kMiB, 0);  // stitched at the top from y's pages: [8, 16) is a hole now
+  EXPECT_EQ(addr(w), addr(x) + 24 * kMiB);
+  alloc.deallocate(x, 0);
+  const std::uint64_t maps = sim->call_counts().driver_maps;
+  void* v = alloc.allocate(12 * kMiB, 0);
+  EXPECT_EQ(addr(v), addr(x)) << "x's pages stay where they are";
+  EXPECT_EQ(sim->call_counts().driver_maps - maps, 2u) << "two pages into the hole, not six at the top";
+  alloc.check_invariants();
+  for (void* p : {z, w, v}) alloc.deallocate(p, 0);
+}
+
 TEST(ExactGrowth, GrowthAtADemandMetBeforeTakesOnlyWhatIsMissing) {
   Allocator alloc(std::make_shared<SimBackend>());
   // 400 blocks of 3 MiB, every other one freed: each freed block keeps a part-page (1 MiB) that no
