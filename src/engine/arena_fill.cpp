@@ -1,5 +1,6 @@
 // Filling holes beside free part-pages, and knowing when a lent page's old mapping may go. See arena.hpp.
 #include <algorithm>
+#include <iterator>
 
 #include "engine/arena.hpp"
 
@@ -73,8 +74,11 @@ Block* Arena::fill_hole(const HoleFit& fit, std::vector<Piece>& pieces) {
   std::size_t bytes = 0;
   for (const Piece& p : pieces) bytes += p.bytes;
   const DevicePtr at = fit.from_front ? h->addr : h->end() - bytes;
-  // The lent pages' old mappings under the hole go first (their lends are complete: see hole_fit).
-  for (auto it = mappings_.lower_bound(h->addr); it != mappings_.end() && it->first < h->end();) {
+  // The lent pages' old mappings under the part filled go first (their lends are complete: see
+  // hole_fit); a hole holds whole mappings, so one that begins before `at` lies in the hole too.
+  auto it = mappings_.lower_bound(at);
+  if (it != mappings_.begin() && std::prev(it)->first + std::prev(it)->second.bytes > at) --it;
+  for (; it != mappings_.end() && it->first < at + bytes;) {
     hub_.emit(EventKind::segment_unmap, it->first, it->second.bytes, 0, stream_);
     physical_.unmap(it->first, it->second.piece);
     it = mappings_.erase(it);

@@ -20,9 +20,22 @@ std::size_t Arena::lend(std::size_t bytes, Keep keep, std::vector<Piece>& out, b
     std::size_t bytes;
   };
   std::vector<Candidate> candidates;
-  // The largest size classes first, only until they cover the need: a stitch costs no full scan.
   std::size_t covered = 0;
-  free_.for_each_largest_first(granularity_, [&](Block* b) {
+  // A free range whose whole pages cover the need with at most an eighth to spare is lent alone: most
+  // often the last holder of a tensor of this role and size, while the largest ranges stay whole for
+  // the requests as large as they are (an LM's logits: fewer pages remapped each step).
+  for (std::size_t extra : {std::size_t(0), 2 * granularity_, 16 * granularity_}) {
+    Block* b = free_.find(bytes + extra);
+    if (!b || keep.has(b) || b->region->plain) continue;
+    const DevicePtr start = page_ceil(b->addr), end = page_floor(b->end());
+    if (end > start && end - start >= bytes && end - start <= bytes + bytes / 8) {
+      candidates.push_back({b, start, end - start});
+      covered = end - start;
+      break;
+    }
+  }
+  // Else the largest size classes first, only until they cover the need: a stitch costs no full scan.
+  if (covered < bytes) free_.for_each_largest_first(granularity_, [&](Block* b) {
     if (keep.has(b) || b->region->plain) return false;
     DevicePtr start = page_ceil(b->addr), end = page_floor(b->end());  // whole pages only
     if (end <= start) return false;
