@@ -162,8 +162,9 @@ DeviceStats Allocator::Impl::collect_stats(bool locks_held, std::size_t pools) {
   };
   for (std::size_t i = 0; i < n; ++i) {
     StreamPool* p = pool_at(i);
-    std::unique_lock<engine::SpinLock> lock(p->lock(), std::defer_lock);
+    std::unique_lock<engine::PoolLock> lock(p->lock(), std::defer_lock);
     if (!locks_held) lock.lock();
+    p->publish_stats();  // the shared peaks below then count every operation done so far
     const engine::PoolStats& s = p->stats();
     add(out.allocation, s.allocation);
     add(out.active, s.active);
@@ -314,7 +315,7 @@ AllocatorSnapshot Allocator::snapshot() const {
   // Every pool lock in index order, then the physical lock: the order growth takes them in, and no
   // other path holds two pool locks, so this cannot deadlock.
   std::size_t n = d.count();
-  std::vector<std::unique_lock<engine::SpinLock>> locks;
+  std::vector<std::unique_lock<engine::PoolLock>> locks;
   locks.reserve(n);
   for (std::size_t i = 0; i < n; ++i) locks.emplace_back(d.pool_at(i)->lock());
   std::lock_guard physical_lock(d.physical.mutex());

@@ -5,9 +5,17 @@
 // Once a second stream allocates, every pool also feeds one SharedSplit per statistic: the currents
 // of all streams together as atomics, whose peaks are exact (each fetch_add returns a true value of
 // the total; the peak rises by a CAS only when it is passed). With one stream it costs a null test.
+// A pool publishes its changes to the shared totals once per operation, when its lock is released
+// (PoolStats::publish), under one lock of the shared totals taken only if free: one thread allocating
+// on any number of streams publishes every operation, so its peaks are exact; threads that find the
+// totals busy keep their changes and publish them with their next operation, so several threads on
+// several streams scale instead of contending for the shared counters on every change (their peaks
+// then count each thread's unpublished operations at the moment they are published).
 #pragma once
 #include <atomic>
 #include <cstdint>
+
+#include "engine/spin_lock.hpp"
 
 #include "gpumem/stats.hpp"
 
@@ -58,11 +66,20 @@ class SplitStat {
     if (cur_[kind] > peak_[kind]) peak_[kind] = cur_[kind];
     std::int64_t all = cur_[0] + cur_[1];
     if (all > all_peak_) all_peak_ = all;
-    if (shared_) shared_->add(kind, v);
+    if (shared_) unpublished_[kind] += v;
   }
   void decrease(int kind, std::int64_t v) noexcept {
     cur_[kind] -= v;
-    if (shared_) shared_->add(kind, -v);
+    if (shared_) unpublished_[kind] -= v;
+  }
+  // Adds the changes not yet in the shared totals: the decreases (increases = false) or the increases,
+  // so that publishing decreases first never shows a total that did not exist.
+  void publish(bool increases) noexcept {
+    for (int k = 0; k < 2; ++k) {
+      if (unpublished_[k] == 0 || (unpublished_[k] > 0) != increases) continue;
+      shared_->add(k, unpublished_[k]);
+      unpublished_[k] = 0;
+    }
   }
   void set(int kind, std::int64_t v) noexcept {
     if (v > cur_[kind]) increase(kind, v - cur_[kind]);
@@ -109,12 +126,14 @@ class SplitStat {
   std::int64_t freed(int k) const noexcept { return allocated_[k] - cur_[k] + base_[k]; }
   std::int64_t cur_[2] = {}, peak_[2] = {}, allocated_[2] = {}, base_[2] = {};
   std::int64_t all_peak_ = 0;
+  std::int64_t unpublished_[2] = {};
   SharedSplit* shared_ = nullptr;
 };
 
 // The statistics of PoolStats over all pools, in the same order.
 struct SharedPoolStats {
-  SharedSplit allocation, active, inactive_split;
+  alignas(64) SpinLock lock;  // held while one pool publishes (PoolStats::publish)
+  alignas(64) SharedSplit allocation, active, inactive_split;
   SharedSplit allocated_bytes, active_bytes, inactive_split_bytes, requested_bytes;
 
   template <typename Fn>
@@ -141,7 +160,21 @@ struct PoolStats {
     SharedSplit* theirs[] = {&shared.allocation, &shared.active, &shared.inactive_split, &shared.allocated_bytes,
                              &shared.active_bytes, &shared.inactive_split_bytes, &shared.requested_bytes};
     for (int i = 0; i < 7; ++i) mine[i]->share(theirs[i], seed);
+    shared_ = &shared;
   }
+  // Publishes this pool's changes to the shared totals; without `wait` only if no other pool is
+  // publishing (else they stay for the next call).
+  void publish(bool wait) noexcept {
+    if (!shared_) return;
+    if (wait) shared_->lock.lock();
+    else if (!shared_->lock.try_lock()) return;
+    for_each([](SplitStat& s) { s.publish(false); });
+    for_each([](SplitStat& s) { s.publish(true); });
+    shared_->lock.unlock();
+  }
+
+ private:
+  SharedPoolStats* shared_ = nullptr;
 };
 
 }  // namespace gpumem::engine

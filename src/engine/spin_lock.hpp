@@ -16,7 +16,10 @@ class SpinLock {
       }
     }
   }
-  bool try_lock() noexcept { return !locked_.exchange(true, std::memory_order_acquire); }
+  // Tests before it writes: threads that find it held leave its cache line shared.
+  bool try_lock() noexcept {
+    return !locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_acquire);
+  }
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }
 
  private:

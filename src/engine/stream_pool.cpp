@@ -26,6 +26,11 @@ StreamPool::~StreamPool() {
     for (EventHandle e : p.events) backend_.release_event(e);
 }
 
+void PoolLock::unlock() noexcept {
+  pool_.stats_.publish(false);
+  spin_.unlock();
+}
+
 Block* StreamPool::allocate(std::size_t request) {
   std::size_t size = (request + kRound - 1) / kRound * kRound;
   Arena& arena = request <= kSmallRequestLimit ? small_ : large_;

@@ -17,6 +17,22 @@
 
 namespace gpumem::engine {
 
+class StreamPool;
+
+// A pool's lock. Releasing it publishes what the pool's statistics changed while it was held
+// (PoolStats::publish): one place for every operation that changes them.
+class PoolLock {
+ public:
+  explicit PoolLock(StreamPool& pool) noexcept : pool_(pool) {}
+  void lock() noexcept { spin_.lock(); }
+  bool try_lock() noexcept { return spin_.try_lock(); }
+  void unlock() noexcept;
+
+ private:
+  StreamPool& pool_;
+  SpinLock spin_;
+};
+
 class StreamPool {
  public:
   // `captures` counts the captures underway in the allocator: while it is non-zero no event is recorded
@@ -27,7 +43,7 @@ class StreamPool {
 
   StreamId stream() const noexcept { return stream_; }
   bool is_graph_pool() const noexcept { return graph_pool_; }
-  SpinLock& lock() noexcept { return lock_; }
+  PoolLock& lock() noexcept { return lock_; }
 
   // All below require lock() held.
   Block* allocate(std::size_t request);  // throws OutOfMemoryError
@@ -57,6 +73,8 @@ class StreamPool {
   bool is_freed_block(DevicePtr ptr) const noexcept;
 
   const PoolStats& stats() const noexcept { return stats_; }
+  // Publishes to the shared totals what a busy moment left unpublished (waits for them if need be).
+  void publish_stats() noexcept { stats_.publish(true); }
   // Requires lock() held (or the pool not yet published).
   void share_stats(SharedPoolStats& shared, bool seed) noexcept { stats_.share(shared, seed); }
   void reset_peaks() noexcept;
@@ -93,13 +111,14 @@ class StreamPool {
   const std::atomic<int>& captures_;
   Backend& backend_;
   const EventHub& hub_;
-  SpinLock lock_;
+  PoolLock lock_{*this};
   BlockRecycler recycler_;  // before the arenas: their blocks live in its slabs
   Arena small_, large_;
   PointerMap live_;
   std::vector<Pending> pending_;
   Block* parked_ = nullptr;
   PoolStats stats_;
+  friend class PoolLock;
 };
 
 }  // namespace gpumem::engine

@@ -145,6 +145,19 @@ void stress(Allocator& alloc, std::size_t ops_per_thread, std::size_t max_bytes,
   EXPECT_EQ(s.requested_bytes[kAggregatePool].current, 0);
   EXPECT_EQ(s.reserved_bytes[kAggregatePool].current, 0);
   EXPECT_EQ(device_used(alloc.backend()), 0u);
+  // The totals over all streams got every change the threads made (PoolStats::publish): after a reset,
+  // two blocks on two streams peak at exactly their sum.
+  alloc.reset_peak_stats();
+  void* a = alloc.allocate(std::size_t(3) << 20, 1);
+  void* b = alloc.allocate(std::size_t(5) << 20, 2);
+  const std::int64_t both = std::int64_t(alloc.block_size(a) + alloc.block_size(b));
+  alloc.deallocate(a, 1);
+  alloc.deallocate(b, 2);
+  const DeviceStats after = alloc.stats();
+  EXPECT_EQ(after.allocated_bytes[kAggregatePool].peak, both);
+  EXPECT_EQ(after.allocation[kAggregatePool].peak, 2);
+  EXPECT_EQ(after.allocated_bytes[kAggregatePool].current, 0);
+  alloc.empty_cache();
 }
 
 TEST(EngineStress, EightThreadsOnEightStreamsSim) {
