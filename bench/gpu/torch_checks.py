@@ -36,6 +36,32 @@ def memory_stats_track_tensors():
     assert s["allocation.all.current"] >= 0 and s["allocated_bytes.all.freed"] >= 16 * MiB, s
 
 
+@check("issue 7: peaks over all streams")
+def peaks_over_streams_are_exact():
+    # 100 MiB allocated and freed on three streams in turn, then two held at once on two streams: the
+    # peaks are those of all streams together, as PyTorch's one lock gives them.
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    streams = [torch.cuda.Stream() for _ in range(3)]
+    for s in streams:
+        with torch.cuda.stream(s):
+            x = torch.empty(100 * MiB, dtype=torch.uint8, device="cuda")
+            del x
+        s.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    assert peak == 100 * MiB, peak
+    with torch.cuda.stream(streams[0]):
+        a = torch.empty(60 * MiB, dtype=torch.uint8, device="cuda")
+    with torch.cuda.stream(streams[1]):
+        b = torch.empty(70 * MiB, dtype=torch.uint8, device="cuda")
+    del a, b
+    torch.cuda.synchronize()
+    s = torch.cuda.memory_stats()
+    assert s["allocated_bytes.all.peak"] - base == 130 * MiB, s["allocated_bytes.all.peak"] - base
+    assert s["allocation.all.peak"] >= 2 and s["allocated_bytes.all.current"] == base, s
+
+
 @check("test_cuda.py:test_memory_stats (keys)")
 def memory_stats_has_every_key():
     torch.empty(1, device="cuda")
