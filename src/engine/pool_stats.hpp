@@ -163,14 +163,15 @@ struct PoolStats {
     shared_ = &shared;
   }
   // Publishes this pool's changes to the shared totals; without `wait` only if no other pool is
-  // publishing (else they stay for the next call).
-  void publish(bool wait) noexcept {
-    if (!shared_) return;
+  // publishing (else they stay for a later call). Returns false when they stayed.
+  bool publish(bool wait) noexcept {
+    if (!shared_) return true;
     if (wait) shared_->lock.lock();
-    else if (!shared_->lock.try_lock()) return;
+    else if (!shared_->lock.try_lock()) return false;
     for_each([](SplitStat& s) { s.publish(false); });
     for_each([](SplitStat& s) { s.publish(true); });
     shared_->lock.unlock();
+    return true;
   }
 
  private:

@@ -27,7 +27,9 @@ StreamPool::~StreamPool() {
 }
 
 void PoolLock::unlock() noexcept {
-  pool_.stats_.publish(false);
+  constexpr unsigned kSkipWhenBusy = 8;
+  if (skip_ > 0) --skip_;
+  else if (!pool_.stats_.publish(false)) skip_ = kSkipWhenBusy;
   spin_.unlock();
 }
 

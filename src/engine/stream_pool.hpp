@@ -20,7 +20,9 @@ namespace gpumem::engine {
 class StreamPool;
 
 // A pool's lock. Releasing it publishes what the pool's statistics changed while it was held
-// (PoolStats::publish): one place for every operation that changes them.
+// (PoolStats::publish): one place for every operation that changes them. After finding the shared
+// totals busy (other threads publishing) it lets a few operations pass before it tries again, so busy
+// threads do not all wait on one cache line; one thread alone always publishes at once.
 class PoolLock {
  public:
   explicit PoolLock(StreamPool& pool) noexcept : pool_(pool) {}
@@ -31,6 +33,7 @@ class PoolLock {
  private:
   StreamPool& pool_;
   SpinLock spin_;
+  unsigned skip_ = 0;  // operations left before the next attempt to publish
 };
 
 class StreamPool {
