@@ -16,6 +16,7 @@
 // Not thread-safe: the owning StreamPool's lock is held for every call; calls that touch physical
 // memory take PhysicalMemory's mutex themselves.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -79,6 +80,9 @@ class Arena {
   // A private (graph) pool never stitches: a captured graph keeps using the addresses of its free blocks,
   // and checkpoints are restored at exact addresses, so free ranges must never become holes.
   void disable_stitching() noexcept { stitching_ = false; }
+  // The allocator's count of CUDA graph captures underway: while it is non-zero no event is recorded or
+  // queried (see note_lend).
+  void set_capture_count(const std::atomic<int>& captures) noexcept { captures_ = &captures; }
   std::size_t free_blocks() const noexcept { return free_.count(); }
   std::size_t free_bytes() const noexcept { return free_.bytes(); }
   std::size_t largest_free() const noexcept { return free_.largest(); }
@@ -131,9 +135,11 @@ class Arena {
   Block* fill_hole(const HoleFit& fit, std::vector<Piece>& pieces);
   // A lent page stays mapped at its old address (its hole) until that address is reused; the mapping
   // may be removed once the work queued before the lend completed: lends are numbered, an event per
-  // lend, and lends_done() is the last lend known complete.
+  // lend, and lends_done() is the last lend known complete. During a CUDA graph capture no event is
+  // recorded or queried (it would break the capture): lends then wait for unmap_unused().
   std::uint64_t note_lend(bool synchronized);
   std::uint64_t lends_done();
+  bool capturing() const noexcept;
   // Maps pieces from `at`, one mapping per page (empty_cache gives back single pages), access granted
   // once; records the mappings. Gives the pieces back to the physical pool if mapping fails.
   std::size_t map_pieces(DevicePtr at, std::vector<Piece>& pieces);
@@ -209,6 +215,7 @@ class Arena {
   FreeIndex free_;
   Arena* sibling_ = nullptr;
   bool stitching_ = true;
+  const std::atomic<int>* captures_ = nullptr;
   bool align_blocks_;  // large arena over virtual memory: see start_in
   std::vector<std::unique_ptr<Region>> regions_;
   std::map<DevicePtr, Mapping> mappings_;  // va -> mapping, VMM regions only

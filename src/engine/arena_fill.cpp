@@ -12,7 +12,8 @@ constexpr std::uint64_t kNeverKnown = ~std::uint64_t(0);
 
 std::uint64_t Arena::note_lend(bool synchronized) {
   if (synchronized) return lends_done();  // the stream was waited for: nothing queued reads the old addresses
-  lends_done();                           // retires finished lends, so the queue stays short
+  if (capturing()) return kNeverKnown;
+  lends_done();  // retires finished lends, so the queue stays short
   EventHandle event;
   try {
     event = backend_.record_event(stream_);
@@ -23,8 +24,12 @@ std::uint64_t Arena::note_lend(bool synchronized) {
   return lends_;
 }
 
+bool Arena::capturing() const noexcept {
+  return captures_ && captures_->load(std::memory_order_relaxed) != 0;
+}
+
 std::uint64_t Arena::lends_done() {
-  while (!lend_events_.empty()) {
+  while (!lend_events_.empty() && !capturing()) {
     const auto [number, event] = lend_events_.front();
     bool done = false;
     try {

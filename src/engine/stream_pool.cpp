@@ -14,6 +14,8 @@ StreamPool::StreamPool(Backend& backend, PhysicalMemory& physical, const Allocat
       large_(backend, physical, recycler_, config, stream, false, hub) {
   small_.set_sibling(&large_);
   large_.set_sibling(&small_);
+  small_.set_capture_count(captures);
+  large_.set_capture_count(captures);
   if (graph_pool) {
     small_.disable_stitching();
     large_.disable_stitching();

@@ -68,6 +68,27 @@ TEST(HoleFill, AHoleWhosePagesWereLentIsNotRemappedBeforeTheLendingStreamGetsThe
   for (void* p : {l.a, l.c, l.d, e, f, g}) alloc.deallocate(p, 0);
 }
 
+TEST(HoleFill, NoEventIsRecordedForALendDuringACapture) {
+  // A CUDA graph is captured on stream 9 while stream 0 stitches: recording or querying an event then
+  // would break the capture, so the lend records none and its hole is not refilled (empty_cache() will
+  // unmap it).
+  SimBackendOptions o;
+  o.manual_events = true;
+  auto sim = std::make_shared<SimBackend>(o);
+  Allocator alloc(sim);
+  const PoolId pool{1, 1};
+  alloc.begin_allocate_to_pool(pool, [](StreamId s) { return s == 9; });
+  const Layout l = hole_beside_a_part_page(alloc);
+  EXPECT_EQ(sim->pending_events(), 0u);
+  void* e = alloc.allocate(4 * kMiB + kMiB / 2, 0);
+  EXPECT_EQ(addr(e), addr(l.a) + 18 * kMiB) << "the lend's completion is unknown: the hole stays";
+  EXPECT_EQ(sim->pending_events(), 0u);
+  alloc.end_allocate_to_pool(pool);
+  alloc.check_invariants();
+  for (void* p : {l.a, l.c, l.d, e}) alloc.deallocate(p, 0);
+  alloc.release_pool(pool);
+}
+
 TEST(HoleFill, FillingAHoleLeavesTheDataOfEveryLiveBlockAlone) {
   HostBackendOptions o;
   o.capacity = std::size_t(256) << 20;
