@@ -29,6 +29,7 @@
 //  - Threads: the engine calls the memory functions under its growth lock, one at a time; the event
 //    functions, mem_info() and synchronize() may be called from several threads at once.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -65,6 +66,13 @@ struct BackendCallCounts {
   // Calls that acquire or give back physical memory or change mappings: what "device calls" reports.
   std::uint64_t device_calls() const {
     return creates + maps + unmaps + chunk_releases + plain_allocs + plain_frees;
+  }
+  // syncs and sync_ns are bumped by synchronize(), which any thread may call: those go through these.
+  static void add_shared(std::uint64_t& counter, std::uint64_t v) noexcept {
+    std::atomic_ref<std::uint64_t>(counter).fetch_add(v, std::memory_order_relaxed);
+  }
+  static std::uint64_t load_shared(const std::uint64_t& counter) noexcept {
+    return std::atomic_ref<std::uint64_t>(const_cast<std::uint64_t&>(counter)).load(std::memory_order_relaxed);
   }
   // Every driver call that acquires, maps, unmaps, releases memory or sets access.
   std::uint64_t driver_calls() const {

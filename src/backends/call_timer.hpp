@@ -4,14 +4,16 @@
 #include <chrono>
 #include <cstdint>
 
+#include "gpumem/backend.hpp"
+
 namespace gpumem {
 
 class Timed {
  public:
   explicit Timed(std::uint64_t& into) noexcept : into_(into), start_(std::chrono::steady_clock::now()) {}
   ~Timed() {
-    into_ += std::uint64_t(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count());
+    BackendCallCounts::add_shared(  // synchronize() may time itself on several threads at once
+        into_, std::uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count()));
   }
   Timed(const Timed&) = delete;
   Timed& operator=(const Timed&) = delete;

@@ -365,14 +365,14 @@ class CudaBackend final : public Backend {
     ContextGuard guard(context_);
     Timed timed(counts_.sync_ns);
     check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
-    ++counts_.syncs;
+    BackendCallCounts::add_shared(counts_.syncs, 1);
   }
 
   void synchronize_stream(StreamId stream) override {
     ContextGuard guard(context_);
     Timed timed(counts_.sync_ns);
     check(driver().cuStreamSynchronize(reinterpret_cast<CUstream>(stream)), "cuStreamSynchronize");
-    ++counts_.syncs;
+    BackendCallCounts::add_shared(counts_.syncs, 1);
   }
 
   CUcontext context() const noexcept { return context_; }

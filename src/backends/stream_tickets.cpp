@@ -34,14 +34,14 @@ void StreamTickets::release(EventHandle event) noexcept {
 
 void StreamTickets::complete(StreamId stream, std::uint64_t* syncs) {
   std::lock_guard lock(mutex_);
-  if (syncs) ++*syncs;
+  if (syncs) BackendCallCounts::add_shared(*syncs, 1);
   auto it = recorded_.find(stream);
   if (it != recorded_.end()) completed_[stream] = it->second;
 }
 
 void StreamTickets::complete_all(std::uint64_t* syncs) {
   std::lock_guard lock(mutex_);
-  if (syncs) ++*syncs;
+  if (syncs) BackendCallCounts::add_shared(*syncs, 1);
   for (auto& [stream, ticket] : recorded_) completed_[stream] = ticket;
 }
 

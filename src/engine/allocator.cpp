@@ -203,7 +203,7 @@ DeviceStats Allocator::Impl::collect_stats(bool locks_held, std::size_t pools) {
   out.driver_access = driver(calls.access_sets, calls.access_ns);
   out.driver_unmap = driver(calls.driver_unmaps, calls.unmap_ns);
   out.driver_release = driver(calls.driver_releases, calls.release_ns);
-  out.driver_sync = driver(calls.syncs, calls.sync_ns);
+  out.driver_sync = driver(BackendCallCounts::load_shared(calls.syncs), BackendCallCounts::load_shared(calls.sync_ns));
   out.num_alloc_retries = alloc_retries.load();
   out.num_ooms = ooms.load();
   out.num_invalid_frees = invalid_frees.load();
