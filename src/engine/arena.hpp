@@ -171,8 +171,9 @@ class Arena {
   Region& new_region(std::size_t min_bytes);
   std::size_t chunk_quantum() const;
   // Stitching: hands the physical memory behind free, page-aligned ranges (never inside `keep`) to
-  // `out`, largest first, until `bytes` are covered, leaving holes where it was. The memory stays
-  // mapped there too, unused: lending needs no unmap and no synchronisation. Returns bytes lent.
+  // `out` until `bytes` are covered (one range that covers them within an eighth, else the largest
+  // first), leaving holes where it was. The memory stays mapped there too, unused: lending needs no
+  // unmap and no synchronisation (see note_lend for when that mapping may go). Returns bytes lent.
   struct Keep {  // free blocks that lending must leave alone
     const Block* blocks[3] = {nullptr, nullptr, nullptr};
     bool has(const Block* b) const noexcept { return b == blocks[0] || b == blocks[1] || b == blocks[2]; }

@@ -45,7 +45,7 @@ std::uint64_t Arena::lends_done() {
 }
 
 Arena::HoleFit Arena::hole_fit(std::size_t size) {
-  // Only requests that do not fill whole pages can use a part-page; private pools never remap.
+  // The hole that takes the fewest new pages for `size`, beside a free block; private pools never remap.
   HoleFit best;
   if (!align_blocks_ || !stitching_) return best;
   const bool whole_pages = size % granularity_ == 0;
