@@ -171,7 +171,7 @@ void Arena::gather(std::size_t need, std::size_t room, Keep keep, std::vector<Pi
 }
 
 void Arena::create_for(std::size_t want, std::size_t room, std::vector<Piece>& out) {
-  std::size_t chunk = std::max(std::min(std::max(want, chunk_quantum()), room), want);
+  std::size_t chunk = std::max(want, std::min(chunk_quantum(), room));
   if (physical_.would_exceed_limit(chunk)) chunk = want;
   try {
     create_paged(chunk, want, out);
@@ -310,6 +310,12 @@ Block* Arena::split_free(Block* b, DevicePtr at) {
 }
 
 Block* Arena::insert_front(Block* b, std::size_t bytes, BlockState state) {
+  Block* front = link_front(b, bytes, state);
+  free_.resize(b, b->addr + bytes, b->size - bytes);
+  return front;
+}
+
+Block* Arena::link_front(Block* b, std::size_t bytes, BlockState state) {
   Block* front = recycler_.make();
   front->addr = b->addr;
   front->size = bytes;
@@ -320,7 +326,6 @@ Block* Arena::insert_front(Block* b, std::size_t bytes, BlockState state) {
   if (b->prev) b->prev->next = front;
   else b->region->first = front;
   b->prev = front;
-  free_.resize(b, b->addr + bytes, b->size - bytes);
   return front;
 }
 

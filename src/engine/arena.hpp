@@ -163,6 +163,8 @@ class Arena {
   Block* take_front(Block* b, std::size_t size);
   // A new block of `bytes` in `state` before free block b, which keeps the rest; returns the new block.
   Block* insert_front(Block* b, std::size_t bytes, BlockState state);
+  // Links a new block of the first `bytes` of b before it; the caller shrinks b (insert_front, holes).
+  Block* link_front(Block* b, std::size_t bytes, BlockState state);
   Block* grow_virtual(std::size_t size);
   // The free block that ends at the region's top, if any; the bytes to map at the top for `size`.
   Block* free_tail(const Region& r) const noexcept;
@@ -184,6 +186,8 @@ class Arena {
   // `pieces`, or throws OutOfMemoryError having added nothing.
   void gather(std::size_t need, std::size_t room, Keep keep, std::vector<Piece>& pieces);
   void collect_physical(DevicePtr start, std::size_t bytes, std::vector<Piece>& out) const;
+  // Unmaps one mapping (reported as segment_unmap) and forgets it; returns the next.
+  std::map<DevicePtr, Mapping>::iterator unmap_mapping(std::map<DevicePtr, Mapping>::iterator it) noexcept;
   // Unmaps every mapping under which no block is in use; returns the bytes that became free pieces.
   std::size_t unmap_unused();
   Region* region_of(DevicePtr p) const noexcept;

@@ -83,28 +83,14 @@ Block* Arena::fill_hole(const HoleFit& fit, std::vector<Piece>& pieces) {
   // hole_fit); a hole holds whole mappings, so one that begins before `at` lies in the hole too.
   auto it = mappings_.lower_bound(at);
   if (it != mappings_.begin() && std::prev(it)->first + std::prev(it)->second.bytes > at) --it;
-  for (; it != mappings_.end() && it->first < at + bytes;) {
-    hub_.emit(EventKind::segment_unmap, it->first, it->second.bytes, 0, stream_);
-    physical_.unmap(it->first, it->second.piece);
-    it = mappings_.erase(it);
-  }
+  while (it != mappings_.end() && it->first < at + bytes) it = unmap_mapping(it);
   map_pieces(at, pieces);  // gives the pieces back when it fails; the hole is unchanged then
   hub_.emit(EventKind::segment_map, at, bytes, 0, stream_);
   // Split the hole around [at, at + bytes); the middle becomes free and merges with its neighbours.
   if (at > h->addr) {
-    Block* front = recycler_.make();
-    front->addr = h->addr;
-    front->size = at - h->addr;
-    front->region = h->region;
-    front->state = BlockState::hole;
-    if (h->prev) insert_after(h->prev, front);
-    else {
-      front->next = h;
-      h->region->first = front;
-      h->prev = front;
-    }
+    link_front(h, at - h->addr, BlockState::hole);
+    h->size -= at - h->addr;
     h->addr = at;
-    h->size -= front->size;
   }
   if (h->size > bytes) {
     Block* back = recycler_.make();

@@ -151,11 +151,15 @@ std::size_t Arena::unmap_unused() {
       released += stop - start;
       b = cursor;  // carved parts are holes now: the walk skips them
     }
-    hub_.emit(EventKind::segment_unmap, u.va, m.bytes, 0, stream_);
-    physical_.unmap(u.va, m.piece);
-    mappings_.erase(it);
+    unmap_mapping(it);
   }
   return released;
+}
+
+std::map<DevicePtr, Arena::Mapping>::iterator Arena::unmap_mapping(std::map<DevicePtr, Mapping>::iterator it) noexcept {
+  hub_.emit(EventKind::segment_unmap, it->first, it->second.bytes, 0, stream_);
+  physical_.unmap(it->first, it->second.piece);
+  return mappings_.erase(it);
 }
 
 Block* Arena::block_containing(const Region& r, DevicePtr p) const noexcept {
