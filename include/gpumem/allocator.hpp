@@ -44,6 +44,10 @@ struct AllocatorConfig {
   // fraction of the reserved memory is mapped but free, or when growing would cross the limit or fill
   // the device. 1.0: always reuse free pages before asking the device, so peaks follow live bytes.
   double stitch_free_fraction = 1.0;
+  // Let a growth whose size is not whole pages take along the free part of a page beside a live block,
+  // mapping that page a second time (see Arena::SharePlan): fewer pages stranded beside long-lived
+  // blocks (a KV cache). false: part-pages are used only by growing into the hole beside them.
+  bool share_part_pages = true;
   // Virtual address space reserved per arena; 0 = the device's total memory (an eighth for small blocks).
   std::size_t pool_va_bytes = 0;
   // Cap on reserved bytes; 0 = none.

@@ -16,7 +16,8 @@ enum class SnapshotBlockState : std::uint8_t {
   allocated,     // handed out to the program
   pending_free,  // freed by the program, waiting for other streams (record_stream)
   free,          // cached: reusable
-  hole,          // addresses whose physical pages were lent elsewhere or unmapped (VMM only)
+  hole,          // addresses whose physical pages were lent elsewhere or unmapped, or whose bytes a block
+                 // at another address of the same page uses (VMM only)
 };
 const char* snapshot_block_state_name(SnapshotBlockState state) noexcept;
 

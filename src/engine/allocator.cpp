@@ -351,7 +351,8 @@ void Allocator::check_invariants() const {
   std::lock_guard lock(impl_->physical.mutex());
   impl_->physical.check_invariants();
   bool plain = impl_->config.force_plain || !impl_->backend->supports_virtual_memory();
-  if (!plain && backed + impl_->physical.free_piece_bytes() != impl_->physical.reserved())
+  if (!plain && backed + impl_->physical.free_piece_bytes() + impl_->physical.part_page_bytes() !=
+                    impl_->physical.reserved())
     throw Error("reserved bytes differ from mapped plus free physical pieces");
 }
 

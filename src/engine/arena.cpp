@@ -113,7 +113,9 @@ Block* Arena::grow_virtual(std::size_t size) {
   std::vector<Piece> pieces;
   Block* tail = free_tail(*r);
   std::size_t need = top_need(*r, tail, size);
-  if (fit.hole && fit.bytes < need) {
+  const SharePlan share = share_plan(tail, size, need);
+  if (share) need = share.pages;
+  if (fit.hole && (fit.bytes < need || (share && fit.bytes == need))) {  // a tie: no page shared
     gather(fit.bytes, fit.hole->size, Keep{{fit.hole->prev, fit.hole->next}}, pieces);
     std::size_t got = 0;
     for (const Piece& p : pieces) got += p.bytes;
@@ -130,7 +132,8 @@ Block* Arena::grow_virtual(std::size_t size) {
       }
     }
   } else {
-    gather(need, r->size - r->top, Keep{{tail}}, pieces);
+    gather(need, r->size - r->top, Keep{{tail, share.head, share.tail}}, pieces);
+    if (share) return map_shared_at_top(*r, tail, share, pieces);
   }
   return map_at_top(*r, tail, pieces);
 }
@@ -209,7 +212,7 @@ Block* Arena::map_at_top(Region& r, Block* tail, std::vector<Piece>& pieces) {
   return extend_top(r, tail, mapped);
 }
 
-std::size_t Arena::map_pieces(DevicePtr at, std::vector<Piece>& pieces) {
+std::size_t Arena::map_pieces(DevicePtr at, std::vector<Piece>& pieces, const Piece* first, const Piece* last) {
   // One mapping per page (or per map_unit_bytes), so that empty_cache() can give back any page that
   // holds no live byte; one map_run for all of them, so access is granted once (the costly driver call).
   // The order of pieces under the new addresses does not matter: sorted, neighbours in a chunk merge.
@@ -224,12 +227,14 @@ std::size_t Arena::map_pieces(DevicePtr at, std::vector<Piece>& pieces) {
       runs.push_back(p);
   }
   std::vector<Piece> units;
+  if (first) units.push_back(*first);
   for (const Piece& p : runs) {
     const std::size_t page = physical_.page_of(p.chunk);
     const std::size_t unit = config_.map_unit_bytes ? round_up(config_.map_unit_bytes, page) : page;
     for (std::size_t off = 0; off < p.bytes; off += unit)
       units.push_back(Piece{p.chunk, p.offset + off, std::min(unit, p.bytes - off)});
   }
+  if (last) units.push_back(*last);
   try {
     physical_.map_run(at, units);  // all or nothing
   } catch (...) {

@@ -67,6 +67,9 @@ class Arena {
   // Returns an allocated or pending block to the free set, merging it with free neighbours; returns the
   // free block that holds it now.
   Block* release(Block* b) noexcept;
+  // After the program freed a block (release() gave `b`): where b holds all of this address's bytes of a
+  // page shared with another address that still uses the rest, the free bytes move there (see SharePlan).
+  void settle_shared(Block* b) noexcept;
   // Unmaps every fully free mapped range (VMM) or frees every fully free segment (plain).
   // Returns the bytes of physical memory that became unused.
   std::size_t release_cached();
@@ -133,6 +136,28 @@ class Arena {
   HoleFit hole_fit(std::size_t size);
   // Maps `pieces` into fit.hole (at its start or up to its end) and returns the free block there.
   Block* fill_hole(const HoleFit& fit, std::vector<Piece>& pieces);
+  // Sharing a page (arena_share.cpp). A free part-page beside a live block can be neither lent nor given
+  // back, and generation workloads leave one beside many KV-cache tensors (2% of the peak). A growth at
+  // the top whose size is not whole pages may start its new run with such a page (the free bytes at
+  // its end: a "head") and end it with one (the free bytes at its start: a "tail"): the page is mapped
+  // a second time there, the new block uses only the bytes that were free, and on each side the bytes
+  // the other address uses become `shared` blocks, never handed out. Each address gives back only its
+  // own bytes (PhysicalMemory joins the parts of a page). Only when it saves new pages.
+  struct SharePlan {
+    Block* head = nullptr;  // free block starting inside a page: that page's rest starts the new run
+    Block* tail = nullptr;  // free block ending inside a page: that page's start ends the new run
+    std::size_t head_bytes = 0, tail_bytes = 0;  // the free part-page each gives
+    std::size_t pages = 0;                       // new bytes between them (whole granules)
+    explicit operator bool() const noexcept { return head || tail; }
+  };
+  // The plan that needs fewest new bytes for `size`, if fewer than `need` (growth at the top without).
+  SharePlan share_plan(const Block* top_tail, std::size_t size, std::size_t need) const;
+  // Maps plan.head's page, `pieces`, plan.tail's page at the top; returns the free block between.
+  Block* map_shared_at_top(Region& r, Block* top_tail, const SharePlan& plan, std::vector<Piece>& pieces);
+  // The one-page mapping that holds p; nullptr if p is not inside such a mapping.
+  const Mapping* page_mapping(DevicePtr p, DevicePtr* start) const;
+  // A block of `state` for [at, at + bytes) at the top's end.
+  Block* append_new(Region& r, DevicePtr at, std::size_t bytes, BlockState state);
   // A lent page stays mapped at its old address (its hole) until that address is reused; the mapping
   // may be removed once the work queued before the lend completed: lends are numbered, an event per
   // lend, and lends_done() is the last lend known complete. During a CUDA graph capture no event is
@@ -141,8 +166,10 @@ class Arena {
   std::uint64_t lends_done();
   bool capturing() const noexcept;
   // Maps pieces from `at`, one mapping per page (empty_cache gives back single pages), access granted
-  // once; records the mappings. Gives the pieces back to the physical pool if mapping fails.
-  std::size_t map_pieces(DevicePtr at, std::vector<Piece>& pieces);
+  // once; records the mappings. Gives the pieces back to the physical pool if mapping fails. `first` and
+  // `last` (pages mapped elsewhere too, see SharePlan) go before and after them.
+  std::size_t map_pieces(DevicePtr at, std::vector<Piece>& pieces, const Piece* first = nullptr,
+                         const Piece* last = nullptr);
   // Page placement (large arenas over virtual memory): a request of whole pages gets whole pages, so
   // that once it is freed they can be stitched elsewhere or given back. Packed at any 512-byte address
   // it would straddle one page more, and every free range it leaves would keep a part-page at each
@@ -203,8 +230,12 @@ class Arena {
   DevicePtr page_floor(DevicePtr p) const;
   DevicePtr page_ceil(DevicePtr p) const;
   Block* extend_top(Region& r, Block* tail, std::size_t bytes);
-  // Makes [hole, hole+bytes) of free block `b` a hole; returns the free block after it, if any.
-  Block* carve_hole(Block* b, DevicePtr hole, std::size_t bytes);
+  // Makes [hole, hole+bytes) of free block `b` a hole (or `state`, shared); returns the free block after
+  // it, if any.
+  Block* carve_hole(Block* b, DevicePtr hole, std::size_t bytes, BlockState state = BlockState::hole,
+                    DevicePtr partner = 0);
+  // Makes shared block `b` a hole (its mapping is gone), merged with the holes beside it.
+  void shared_to_hole(Block* b);
   void append_block(Region& r, Block* b);
   void insert_after(Block* pos, Block* b);
   void unlink(Block* b);

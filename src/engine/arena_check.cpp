@@ -28,7 +28,8 @@ void Arena::check_invariants() const {
       if (b->state == BlockState::hole) {
         if (b->next && b->next->state == BlockState::hole) fail("two adjacent holes");
       } else {
-        backed += b->size;
+        if (b->state != BlockState::shared) backed += b->size;
+        else if (r.plain) fail("a shared block in a plain segment");
         if (!r.plain && !covered(b->addr, b->size)) fail("usable memory is not mapped");
       }
       expect = b->end();

@@ -120,7 +120,7 @@ std::size_t Arena::unmap_unused() {
       while (b && b->end() <= start) b = b->next;
       bool busy = false;
       for (Block* x = b; x && x->addr < end && !busy; x = x->next)
-        busy = x->state != BlockState::free && x->state != BlockState::hole;
+        busy = x->state == BlockState::allocated || x->state == BlockState::pending || x->state == BlockState::parked;
       if (!busy) unused.push_back({rp.get(), start});
     }
   }
@@ -138,8 +138,13 @@ std::size_t Arena::unmap_unused() {
     const Mapping m = it->second;
     const DevicePtr end = u.va + m.bytes;
     // Free (not lent) parts go back to the physical pool and become holes; lent parts (holes already)
-    // belong to the place they were stitched into.
+    // and shared parts belong to the place they were stitched into (a shared part becomes a hole).
     for (Block* b = cursor; b && b->addr < end;) {
+      if (b->end() > u.va && b->state == BlockState::shared) {
+        shared_to_hole(b);
+        b = cursor;
+        continue;
+      }
       if (b->end() <= u.va || b->state != BlockState::free) {
         b = b->next;
         continue;
@@ -174,7 +179,7 @@ Region* Arena::region_of(DevicePtr p) const noexcept {
   return nullptr;
 }
 
-Block* Arena::carve_hole(Block* b, DevicePtr hole_addr, std::size_t bytes) {
+Block* Arena::carve_hole(Block* b, DevicePtr hole_addr, std::size_t bytes, BlockState state, DevicePtr partner) {
   free_.remove(b);
   DevicePtr end = b->end();
   Block* right = nullptr;
@@ -197,6 +202,13 @@ Block* Arena::carve_hole(Block* b, DevicePtr hole_addr, std::size_t bytes) {
   }
   hole->addr = hole_addr;
   hole->size = bytes;
+  hole->state = state;
+  hole->requested = partner;
+  if (state == BlockState::hole) shared_to_hole(hole);  // merges it with the holes beside it
+  return right;
+}
+
+void Arena::shared_to_hole(Block* hole) {
   hole->state = BlockState::hole;
   if (hole->prev && hole->prev->state == BlockState::hole) {
     Block* p = hole->prev;
@@ -211,7 +223,6 @@ Block* Arena::carve_hole(Block* b, DevicePtr hole_addr, std::size_t bytes) {
     unlink(n);
     recycler_.recycle(n);
   }
-  return right;
 }
 
 std::size_t Arena::release_cached() {

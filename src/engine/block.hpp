@@ -1,7 +1,8 @@
 // Blocks: contiguous address ranges of one arena region, kept in address order so neighbours coalesce
 // in O(1). A block is free (in the free index), allocated (handed out), pending (freed by the program,
-// waiting for other streams' events), parked (just freed, not yet coalesced: see StreamPool) or a hole
-// (virtual addresses whose physical pages were taken away).
+// waiting for other streams' events), parked (just freed, not yet coalesced: see StreamPool), a hole
+// (virtual addresses whose physical pages were taken away) or shared (the bytes of a mapped page that
+// a block at another address of the same page uses: see Arena's share_plan).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -11,7 +12,7 @@
 
 namespace gpumem::engine {
 
-enum class BlockState : std::uint8_t { free, allocated, pending, parked, hole };
+enum class BlockState : std::uint8_t { free, allocated, pending, parked, hole, shared };
 
 struct Region;
 
@@ -23,7 +24,8 @@ struct Block {
   Block* free_prev = nullptr;  // links in the free index's size-class list
   Block* free_next = nullptr;
   Region* region = nullptr;
-  std::size_t requested = 0;  // what the program asked for (allocated / pending blocks)
+  std::size_t requested = 0;  // what the program asked for (allocated / pending); shared: the other
+                              // address's page start
   BlockState state = BlockState::free;
   bool small = false;          // accounted to the small pool (request <= 1 MiB)
   std::vector<StreamId>* other_streams = nullptr;  // streams given by record_stream; usually none
@@ -47,6 +49,15 @@ class BlockRecycler {
     spare_ = b->next;
     *b = Block{};
     return b;
+  }
+  // At least two records at hand, so the next two make() calls cannot throw; false if memory ran out.
+  bool ensure_spare() noexcept {
+    try {
+      if (!spare_ || !spare_->next) refill();
+      return true;
+    } catch (...) {
+      return false;
+    }
   }
   void recycle(Block* b) noexcept {
     delete b->other_streams;

@@ -28,6 +28,18 @@ std::size_t PhysicalMemory::take_pieces(std::size_t bytes, std::vector<Piece>& o
 }
 
 void PhysicalMemory::give_piece(const Piece& piece) {
+  const std::size_t page = chunks_[piece.chunk].page;
+  if ((piece.offset | piece.bytes) % page) {
+    const std::size_t start = piece.offset / page * page;
+    auto [it, added] = part_pages_.try_emplace({piece.chunk, start}, 0);
+    it->second += piece.bytes;
+    part_page_bytes_ += piece.bytes;
+    if (it->second < page) return;
+    part_page_bytes_ -= page;
+    part_pages_.erase(it);
+    give_piece(Piece{piece.chunk, start, page});
+    return;
+  }
   std::size_t offset = piece.offset, bytes = piece.bytes;
   auto next = free_pieces_.lower_bound({piece.chunk, piece.offset});
   if (next != free_pieces_.begin()) {
@@ -181,6 +193,14 @@ void PhysicalMemory::check_invariants() const {
     total += bytes;
   }
   if (total != free_piece_bytes_) throw Error("free piece bytes out of sync");
+  std::size_t parts = 0;
+  for (const auto& [key, bytes] : part_pages_) {
+    auto [chunk, offset] = key;
+    parts += bytes;
+    if (chunk >= chunks_.size() || !chunks_[chunk].live) throw Error("part of a page of a dead chunk");
+    if (offset % chunks_[chunk].page || bytes >= chunks_[chunk].page) throw Error("part of a page out of shape");
+  }
+  if (parts != part_page_bytes_) throw Error("part-page bytes out of sync");
   for (std::size_t i = 0; i < chunks_.size(); ++i) {
     if (!chunks_[i].live) continue;
     if (per_chunk[i] != chunks_[i].free_bytes) throw Error("chunk free bytes out of sync");

@@ -31,11 +31,14 @@ class PhysicalMemory {
   std::size_t limit() const { return limit_; }
   void set_limit(std::size_t bytes) { limit_ = bytes; }
   std::size_t free_piece_bytes() const { return free_piece_bytes_; }
+  // Bytes given back as parts of pages whose rest is still mapped (see give_piece).
+  std::size_t part_page_bytes() const { return part_page_bytes_; }
 
   // Moves at least `bytes` (or all there is) of unmapped pieces into `out`, largest first; the last one
   // split at a page of its chunk, so up to a page less one granule more may come.
   std::size_t take_pieces(std::size_t bytes, std::vector<Piece>& out);
-  // Puts pieces back into the free set, merging neighbours of the same chunk.
+  // Puts pieces back into the free set, merging neighbours of the same chunk. A part of one page (a page
+  // that two addresses shared, each giving back its own bytes) waits until the rest of that page is back.
   void give_piece(const Piece& piece);
   // A new chunk from the device in pages of `page` bytes (Backend::create_paged_chunk), entirely in the
   // returned piece. Throws OutOfMemoryError when the limit or the device has no room; nothing changes then.
@@ -94,7 +97,9 @@ class PhysicalMemory {
   std::vector<Chunk> chunks_;
   std::vector<std::size_t> dead_chunk_slots_;
   std::map<std::pair<std::size_t, std::size_t>, std::size_t> free_pieces_;  // (chunk, offset) -> bytes
+  std::map<std::pair<std::size_t, std::size_t>, std::size_t> part_pages_;   // (chunk, page) -> bytes back
   std::size_t free_piece_bytes_ = 0;
+  std::size_t part_page_bytes_ = 0;
   std::size_t reserved_ = 0;
   std::size_t limit_ = 0;
   StatArray segment_{}, reserved_bytes_{};

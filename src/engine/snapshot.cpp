@@ -29,7 +29,8 @@ SnapshotBlockState state_of(const Block& b) {
   switch (b.state) {
     case BlockState::allocated: return SnapshotBlockState::allocated;
     case BlockState::pending: return SnapshotBlockState::pending_free;
-    case BlockState::hole: return SnapshotBlockState::hole;
+    case BlockState::hole:
+    case BlockState::shared: return SnapshotBlockState::hole;
     case BlockState::free:
     case BlockState::parked: return SnapshotBlockState::free;
   }

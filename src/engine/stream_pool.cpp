@@ -199,7 +199,8 @@ void StreamPool::flush_parked() noexcept {
   bool small = b->small;
   stats_.inactive_split.decrease(small ? 0 : 1, 1);
   stats_.inactive_split_bytes.decrease(small ? 0 : 1, std::int64_t(b->size));
-  (small ? small_ : large_).release(b);  // b may be merged away
+  Arena& arena = small ? small_ : large_;
+  arena.settle_shared(arena.release(b));  // b may be merged away
   refresh_inactive_split(small);
 }
 
@@ -253,7 +254,8 @@ bool StreamPool::is_freed_block(DevicePtr ptr) const noexcept {
     if (!a->owns(ptr)) continue;
     bool found = false;
     a->for_each_block([&](const Region&, const Block* b) {
-      if (b->addr == ptr && b->state != BlockState::allocated && b->state != BlockState::hole) found = true;
+      if (b->addr == ptr && (b->state == BlockState::free || b->state == BlockState::pending || b->state == BlockState::parked))
+        found = true;
     });
     return found;
   }

@@ -4,6 +4,7 @@
 // live blocks.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 #include <random>
 #include <set>
@@ -94,10 +95,20 @@ TEST_P(EmptyCache, AfterEachEmptyCacheOnlyPagesUnderLiveBlocksStayReserved) {
     live_bytes += bytes;
     if (step % 250 == 249) {
       a.empty_cache();
-      std::set<std::uintptr_t> pages;
+      // Physical pages, not addresses: a page whose part-pages two blocks share is mapped at both.
+      const AllocatorSnapshot snap = a.snapshot();
+      std::map<std::uintptr_t, const SnapshotMapping*> maps;
+      for (const SnapshotMapping& m : snap.mappings) maps[m.va] = &m;
+      std::set<std::pair<std::size_t, std::size_t>> pages;
       for (const Live& l : live) {
         auto at = reinterpret_cast<std::uintptr_t>(l.p);
-        for (std::uintptr_t p = at / g; p <= (at + a.block_size(l.p) - 1) / g; ++p) pages.insert(p);
+        for (std::uintptr_t p = at / g; p <= (at + a.block_size(l.p) - 1) / g; ++p) {
+          auto m = maps.upper_bound(p * g);
+          ASSERT_NE(m, maps.begin()) << "a live page is not mapped";
+          --m;
+          ASSERT_LT(p * g, m->first + m->second->bytes) << "a live page is not mapped";
+          pages.insert({m->second->chunk, (m->second->offset + (p * g - m->first)) / g});
+        }
       }
       const std::size_t reserved = std::size_t(a.stats().reserved_bytes[kAggregatePool].current);
       EXPECT_EQ(reserved, pages.size() * g) << "step " << step;

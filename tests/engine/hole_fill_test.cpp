@@ -19,6 +19,12 @@ constexpr std::size_t kMiB = std::size_t(1) << 20;
 
 std::int64_t reserved(const Allocator& a) { return a.stats().reserved_bytes[kAggregatePool].current; }
 std::uintptr_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+// These tests follow hole filling alone: a free part-page may otherwise be shared by a growth at the top.
+AllocatorConfig no_sharing() {
+  AllocatorConfig c;
+  c.share_part_pages = false;
+  return c;
+}
 
 struct Layout {
   void *a, *c, *d;
@@ -54,7 +60,7 @@ TEST(HoleFill, AHoleWhosePagesWereLentIsNotRemappedBeforeTheLendingStreamGetsThe
   SimBackendOptions o;
   o.manual_events = true;
   auto sim = std::make_shared<SimBackend>(o);
-  Allocator alloc(sim);
+  Allocator alloc(sim, no_sharing());
   const Layout l = hole_beside_a_part_page(alloc);
   void* e = alloc.allocate(4 * kMiB + kMiB / 2, 0);
   EXPECT_EQ(addr(e), addr(l.a) + 18 * kMiB) << "work queued before the lend may still read the hole's old mappings";
@@ -75,7 +81,7 @@ TEST(HoleFill, NoEventIsRecordedForALendDuringACapture) {
   SimBackendOptions o;
   o.manual_events = true;
   auto sim = std::make_shared<SimBackend>(o);
-  Allocator alloc(sim);
+  Allocator alloc(sim, no_sharing());
   const PoolId pool{1, 1};
   alloc.begin_allocate_to_pool(pool, [](StreamId s) { return s == 9; });
   const Layout l = hole_beside_a_part_page(alloc);

@@ -73,7 +73,7 @@ TEST(LargePages, EmptyCacheGivesBackWholeLargePagesOnly) {
 TEST(LargePages, StitchingLendsWholePagesOnly) {
   // 195 MiB fit in no free block once x sits in big's memory; what can be lent is big's pages not under
   // x, so the device needs exactly 204 MiB + what lending cannot cover (the free part of x's pages).
-  auto run = [](std::size_t spare_bytes) {
+  auto run = [](std::size_t spare_bytes, bool share = false) {
     SimBackendOptions o;
     o.granularity = 2 * kMiB;
     o.large_page = 16 * kMiB;
@@ -83,7 +83,9 @@ TEST(LargePages, StitchingLendsWholePagesOnly) {
     void* pin = nullptr;
     const std::size_t lendable = 200 * kMiB - pages_under(reuse_part(p, &x, &pin), 10 * kMiB);
     o.capacity = 204 * kMiB + (196 * kMiB - lendable) - spare_bytes;
-    Allocator a(std::make_shared<SimBackend>(o));
+    AllocatorConfig config;
+    config.share_part_pages = share;
+    Allocator a(std::make_shared<SimBackend>(o), config);
     reuse_part(a, &x, &pin);
     try {
       a.allocate(195 * kMiB, 0);
@@ -96,6 +98,7 @@ TEST(LargePages, StitchingLendsWholePagesOnly) {
   };
   EXPECT_TRUE(run(0));
   EXPECT_FALSE(run(2 * kMiB)) << "the free part of x's large page cannot be lent";
+  EXPECT_TRUE(run(2 * kMiB, true)) << "it can be shared: mapped again, only its free bytes used there";
 }
 
 }  // namespace

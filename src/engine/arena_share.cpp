@@ -1,0 +1,168 @@
+// Sharing a page between two addresses: a growth at the top takes along the free part-pages beside
+// live blocks. See arena.hpp (SharePlan).
+#include <algorithm>
+
+#include "engine/arena.hpp"
+
+namespace gpumem::engine {
+namespace {
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+struct Part {
+  Block* block;
+  std::size_t bytes;
+};
+}  // namespace
+
+const Arena::Mapping* Arena::page_mapping(DevicePtr p, DevicePtr* start) const {
+  auto it = mappings_.upper_bound(p);
+  if (it == mappings_.begin()) return nullptr;
+  --it;
+  const Mapping& m = it->second;
+  if (p >= it->first + m.bytes) return nullptr;
+  // Only a mapping of exactly one physical page: its parts go back to PhysicalMemory page by page.
+  if (m.bytes != m.piece.bytes || m.bytes != physical_.page_of(m.piece.chunk)) return nullptr;
+  *start = it->first;
+  return &m;
+}
+
+Arena::SharePlan Arena::share_plan(const Block* top_tail, std::size_t size, std::size_t need) const {
+  // A request of whole pages gains nothing (a part-page never saves one of its pages) and must start
+  // on a page; private pools never remap; map_unit_bytes makes mappings of several pages.
+  if (!config_.share_part_pages || !stitching_ || !align_blocks_ || config_.map_unit_bytes ||
+      size % granularity_ == 0)
+    return {};
+  std::vector<Part> heads, tails;
+  for (const auto& rp : regions_) {
+    if (rp->plain) continue;
+    for (Block* b = rp->first; b; b = b->next) {
+      if (b->state != BlockState::free || b == top_tail) continue;
+      // Only free blocks within one page: the whole pages of larger ones stay for lending.
+      DevicePtr start = 0;
+      const Mapping* m = page_mapping(b->addr, &start);
+      if (!m || start + m->bytes < b->end()) continue;
+      if (start != b->addr && start + m->bytes == b->end()) heads.push_back({b, b->size});
+      else if (start == b->addr && start + m->bytes != b->end()) tails.push_back({b, b->size});
+    }
+  }
+  if (heads.empty() && tails.empty()) return {};
+  std::sort(tails.begin(), tails.end(), [](const Part& a, const Part& b) { return a.bytes < b.bytes; });
+  // The run may begin with the top's free tail (no page shared) or a head; the fewest new pages win,
+  // then the fewest shared pages, then the least left over.
+  if (top_tail) heads.push_back({nullptr, top_tail->size});
+  else heads.push_back({nullptr, 0});
+  const auto pages_for = [&](std::size_t h, std::size_t t) { return size > h + t ? round_up(size - h - t, granularity_) : 0; };
+  SharePlan best;
+  std::size_t best_pages = need, best_shared = 0, best_left = 0;
+  const auto consider = [&](const Part& head, const Part* tail) {
+    if (tail && tail->block == head.block) return;
+    const std::size_t t = tail ? tail->bytes : 0, pages = pages_for(head.bytes, t);
+    const std::size_t shared = (head.block ? 1 : 0) + (tail ? 1 : 0), left = head.bytes + t + pages - size;
+    if (pages > best_pages || shared == 0) return;
+    if (pages == best_pages && (!best || shared > best_shared || (shared == best_shared && left >= best_left))) return;
+    best = SharePlan{head.block, tail ? tail->block : nullptr, head.block ? head.bytes : 0, t, pages};
+    best_pages = pages, best_shared = shared, best_left = left;
+  };
+  for (const Part& head : heads) {
+    consider(head, nullptr);
+    if (tails.empty()) continue;
+    // The fewest pages any tail gives with this head, then the smallest tail that gives them.
+    const std::size_t pages = pages_for(head.bytes, tails.back().bytes);
+    const std::size_t want = size > head.bytes + pages ? size - head.bytes - pages : 0;
+    auto it = std::lower_bound(tails.begin(), tails.end(), want, [](const Part& p, std::size_t w) { return p.bytes < w; });
+    for (; it != tails.end(); ++it) {
+      if (it->block == head.block) continue;
+      consider(head, &*it);
+      break;
+    }
+  }
+  return best;
+}
+
+Block* Arena::map_shared_at_top(Region& r, Block* top_tail, const SharePlan& plan, std::vector<Piece>& pieces) {
+  const DevicePtr at = r.base + r.top;
+  DevicePtr head_page = 0, tail_page = 0;
+  const Mapping* hm = plan.head ? page_mapping(plan.head->addr, &head_page) : nullptr;
+  const Mapping* tm = plan.tail ? page_mapping(plan.tail->end() - 1, &tail_page) : nullptr;
+  const Piece first = hm ? hm->piece : Piece{}, last = tm ? tm->piece : Piece{};
+  const std::size_t front = hm ? hm->bytes - plan.head_bytes : 0;  // bytes the other address uses
+  const std::size_t back = tm ? tm->bytes - plan.tail_bytes : 0;
+  const std::size_t total = map_pieces(at, pieces, hm ? &first : nullptr, tm ? &last : nullptr);
+  const DevicePtr new_tail_page = at + total - (tm ? tm->bytes : 0);
+  // The part-pages' old addresses: their bytes are used at the new ones now.
+  if (plan.head) {
+    hub_.emit(EventKind::stitch, plan.head->addr, plan.head_bytes, 0, stream_);
+    carve_hole(plan.head, plan.head->addr, plan.head_bytes, BlockState::shared, at);
+    mapped_bytes_ -= plan.head_bytes;
+  }
+  if (plan.tail) {
+    hub_.emit(EventKind::stitch, plan.tail->end() - plan.tail_bytes, plan.tail_bytes, 0, stream_);
+    carve_hole(plan.tail, plan.tail->end() - plan.tail_bytes, plan.tail_bytes, BlockState::shared, new_tail_page);
+    mapped_bytes_ -= plan.tail_bytes;
+  }
+  hub_.emit(EventKind::segment_map, at, total, 0, stream_);
+  Block* block;
+  if (plan.head) {
+    r.top += front;
+    append_new(r, at, front, BlockState::shared)->requested = head_page;
+    block = extend_top(r, nullptr, total - front - back);
+  } else {
+    block = extend_top(r, top_tail, total - back);
+  }
+  if (back) {
+    r.top += back;
+    append_new(r, at + total - back, back, BlockState::shared)->requested = tail_page;
+  }
+  return block;
+}
+
+void Arena::settle_shared(Block* f) noexcept {
+  // A page mapped at two addresses: here (page start p) a shared block beside f and the rest of the
+  // page all in f; there (page start q) a shared block over exactly the bytes f holds here. Then the
+  // bytes move there: its shared block becomes free (merging with its neighbours) and they become
+  // shared here. Same stream, so no wait: like reusing a freed block.
+  for (Block* s : {f->prev, f->next}) {
+    if (!s || s->state != BlockState::shared || f->state != BlockState::free) continue;
+    DevicePtr p = 0;
+    const Mapping* here = page_mapping(s->addr, &p);
+    if (!here || s->end() > p + here->bytes) continue;
+    DevicePtr own = 0, own_end = 0;
+    if (s->addr == p) own = s->end(), own_end = p + here->bytes;
+    else if (s->end() == p + here->bytes) own = p, own_end = s->addr;
+    else continue;
+    if (f->addr > own || f->end() < own_end) continue;
+    const DevicePtr q = s->requested;
+    // Only from the older address (the lower: the newer one was the region's top) to the newer: the
+    // bytes a long-lived tensor kept beside a borrowed part-page join the borrower's page, which is
+    // whole again once the borrower is freed. The other way the old part-page would only come back.
+    if (q < p) continue;
+    auto there = mappings_.find(q);
+    if (there == mappings_.end() || there->second.piece.chunk != here->piece.chunk ||
+        there->second.piece.offset != here->piece.offset || there->second.bytes != here->bytes)
+      continue;
+    Region* rq = region_of(q);
+    Block* other = rq ? block_containing(*rq, q + (own - p)) : nullptr;
+    if (!other || other->state != BlockState::shared || other->requested != p || other->addr != q + (own - p) ||
+        other->size != own_end - own || !recycler_.ensure_spare())
+      continue;
+    carve_hole(f, own, own_end - own, BlockState::shared, q);
+    mapped_bytes_ -= own_end - own;
+    other->state = BlockState::allocated;  // release() takes allocated blocks
+    mapped_bytes_ += other->size;
+    release(other);
+    return;
+  }
+}
+
+Block* Arena::append_new(Region& r, DevicePtr at, std::size_t bytes, BlockState state) {
+  Block* b = recycler_.make();
+  b->addr = at;
+  b->size = bytes;
+  b->region = &r;
+  b->state = state;
+  append_block(r, b);
+  if (state == BlockState::free) free_.insert(b);
+  return b;
+}
+
+}  // namespace gpumem::engine

@@ -1,0 +1,156 @@
+// Sharing a part-page (Arena::share_plan / map_shared_at_top / settle_shared).
+// The layout, in MiB (2 MiB pages): a [0,3) c [8,11) d [11,18) live; b [3,8) freed and its whole pages
+// [4,8) lent to d, so [3,4) is a free part-page of page [2,4), whose other half a uses. A 6.5 MiB request
+// fits neither that part-page nor the hole after it: at the top it needs 4 new pages, or 3 when page
+// [2,4) is mapped again first, at 18, and the new block starts at 19 where its free half lies.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "gpumem/allocator.hpp"
+#include "gpumem/host_backend.hpp"
+#include "gpumem/sim_backend.hpp"
+
+namespace gpumem {
+namespace {
+constexpr std::size_t kMiB = std::size_t(1) << 20;
+
+std::int64_t reserved(const Allocator& a) { return a.stats().reserved_bytes[kAggregatePool].current; }
+std::uintptr_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+std::size_t device_used(Backend& b) {
+  MemInfo m = b.mem_info();
+  return m.total - m.free;
+}
+
+struct Layout {
+  void *a, *c, *d, *e;
+};
+
+Layout share_a_part_page(Allocator& alloc) {
+  Layout l{};
+  l.a = alloc.allocate(3 * kMiB, 0);
+  void* b = alloc.allocate(5 * kMiB, 0);
+  l.c = alloc.allocate(3 * kMiB, 0);
+  alloc.deallocate(b, 0);
+  l.d = alloc.allocate(7 * kMiB, 0);  // stitched at the top from b's two whole pages and one new page
+  EXPECT_EQ(addr(l.d), addr(l.a) + 11 * kMiB);
+  l.e = alloc.allocate(6 * kMiB + kMiB / 2, 0);
+  return l;
+}
+
+std::string state_at(const Allocator& alloc, std::uintptr_t at) {
+  for (const SnapshotRegion& r : alloc.snapshot().regions)
+    for (const SnapshotBlock& b : r.blocks)
+      if (at >= b.addr && at < b.addr + b.size) return snapshot_block_state_name(b.state);
+  return "none";
+}
+
+TEST(PageSharing, AGrowthAtTheTopTakesAlongTheFreeHalfOfAPageBesideALiveBlock) {
+  auto sim = std::make_shared<SimBackend>();
+  Allocator alloc(sim);
+  const Layout l = share_a_part_page(alloc);
+  EXPECT_EQ(addr(l.e), addr(l.a) + 19 * kMiB) << "page [2,4) mapped again at 18; its free half starts e";
+  EXPECT_EQ(reserved(alloc), std::int64_t(20 * kMiB)) << "three new pages, not four";
+  EXPECT_EQ(state_at(alloc, addr(l.a) + 3 * kMiB), "hole") << "the half e uses is no longer free at 3";
+  EXPECT_EQ(state_at(alloc, addr(l.a) + 18 * kMiB), "hole") << "the half a uses is never handed out at 18";
+  alloc.check_invariants();
+
+  AllocatorConfig config;
+  config.share_part_pages = false;
+  Allocator plain(std::make_shared<SimBackend>(), config);
+  const Layout p = share_a_part_page(plain);
+  EXPECT_EQ(addr(p.e), addr(p.a) + 18 * kMiB);
+  EXPECT_EQ(reserved(plain), std::int64_t(22 * kMiB));
+  for (Allocator* x : {&alloc, &plain}) {
+    const Layout& y = x == &alloc ? l : p;
+    for (void* q : {y.a, y.c, y.d, y.e}) x->deallocate(q, 0);
+    x->empty_cache();
+    EXPECT_EQ(reserved(*x), 0);
+    x->check_invariants();
+  }
+  EXPECT_EQ(device_used(*sim), 0u) << "both halves came back, so the page went back to the device";
+}
+
+TEST(PageSharing, BothAddressesKeepTheirOwnBytes) {
+  HostBackendOptions o;
+  o.capacity = std::size_t(256) << 20;
+  Allocator alloc(std::make_shared<HostBackend>(o));
+  Layout l = share_a_part_page(alloc);
+  ASSERT_EQ(addr(l.e), addr(l.a) + 19 * kMiB);
+  struct Fill {
+    void* p;
+    std::size_t bytes;
+    unsigned char value;
+  };
+  std::vector<Fill> fills = {{l.a, 3 * kMiB, 0xA1}, {l.c, 3 * kMiB, 0xC3}, {l.d, 7 * kMiB, 0xD4}};
+  for (const Fill& f : fills) std::memset(f.p, f.value, f.bytes);
+  std::memset(l.e, 0xE5, 6 * kMiB + kMiB / 2);
+  fills.push_back({l.e, 6 * kMiB + kMiB / 2, 0xE5});
+  auto check = [&] {
+    for (const Fill& f : fills) {
+      const auto* bytes = static_cast<const unsigned char*>(f.p);
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < f.bytes; ++i) wrong += bytes[i] != f.value;
+      EXPECT_EQ(wrong, 0u) << "block of " << f.bytes << " bytes was overwritten";
+    }
+  };
+  check();
+  // a freed while e lives: a's half of the page moves to e's address (settle_shared); once e is freed
+  // too the page is whole there, and a new block over it must not touch c or d.
+  alloc.deallocate(l.a, 0);
+  alloc.deallocate(l.e, 0);  // (a is coalesced here: a freed block waits for the next call)
+  EXPECT_EQ(state_at(alloc, addr(l.e) - kMiB), "free") << "the half a held is free at e's address now";
+  fills.erase(fills.begin());
+  fills.pop_back();
+  void* g = alloc.allocate(8 * kMiB, 0);
+  EXPECT_EQ(addr(g), addr(l.e) - kMiB);
+  std::memset(g, 0xF6, 8 * kMiB);
+  fills.push_back({g, 8 * kMiB, 0xF6});
+  check();
+  alloc.check_invariants();
+  for (const Fill& x : fills) alloc.deallocate(x.p, 0);
+  alloc.empty_cache();
+  EXPECT_EQ(reserved(alloc), 0);
+}
+
+TEST(PageSharing, TheOldAddressFreedFirstMakesThePageWholeAtTheNewOne) {
+  auto sim = std::make_shared<SimBackend>();
+  Allocator alloc(sim);
+  const Layout l = share_a_part_page(alloc);
+  alloc.deallocate(l.a, 0);
+  alloc.deallocate(l.e, 0);  // [18, 26) is four whole free pages now
+  const std::int64_t before = reserved(alloc);
+  void* g = alloc.allocate(8 * kMiB, 0);
+  EXPECT_EQ(addr(g), addr(l.a) + 18 * kMiB);
+  EXPECT_EQ(reserved(alloc), before) << "no growth: the shared page is whole again";
+  alloc.check_invariants();
+  for (void* p : {l.c, l.d, g}) alloc.deallocate(p, 0);
+  alloc.empty_cache();
+  EXPECT_EQ(reserved(alloc), 0);
+  EXPECT_EQ(device_used(*sim), 0u);
+}
+
+TEST(PageSharing, TheNewAddressFreedFirstGivesBackItsHalfOnlyWithTheOther) {
+  auto sim = std::make_shared<SimBackend>();
+  Allocator alloc(sim);
+  const Layout l = share_a_part_page(alloc);
+  alloc.deallocate(l.e, 0);
+  alloc.empty_cache();
+  // a, c, d live: pages [0,2) [2,4) [8,10) [10,12) and d's three others; e's half of [2,4) waits for a's.
+  EXPECT_EQ(reserved(alloc), std::int64_t(14 * kMiB));
+  EXPECT_EQ(device_used(*sim), 14 * kMiB);
+  alloc.check_invariants();
+  alloc.deallocate(l.a, 0);
+  alloc.empty_cache();
+  EXPECT_EQ(reserved(alloc), std::int64_t(10 * kMiB)) << "c and d's pages";
+  EXPECT_EQ(device_used(*sim), 10 * kMiB);
+  alloc.check_invariants();
+  for (void* p : {l.c, l.d}) alloc.deallocate(p, 0);
+  alloc.empty_cache();
+  EXPECT_EQ(device_used(*sim), 0u);
+}
+
+}  // namespace
+}  // namespace gpumem
