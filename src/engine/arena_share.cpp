@@ -33,18 +33,15 @@ Arena::SharePlan Arena::share_plan(const Block* top_tail, std::size_t size, std:
       size % granularity_ == 0)
     return {};
   std::vector<Part> heads, tails;
-  for (const auto& rp : regions_) {
-    if (rp->plain) continue;
-    for (Block* b = rp->first; b; b = b->next) {
-      if (b->state != BlockState::free || b == top_tail) continue;
-      // Only free blocks within one page: the whole pages of larger ones stay for lending.
-      DevicePtr start = 0;
-      const Mapping* m = page_mapping(b->addr, &start);
-      if (!m || start + m->bytes < b->end()) continue;
-      if (start != b->addr && start + m->bytes == b->end()) heads.push_back({b, b->size});
-      else if (start == b->addr && start + m->bytes != b->end()) tails.push_back({b, b->size});
-    }
-  }
+  // Only free blocks within one page: the whole pages of larger ones stay for lending.
+  free_.for_each_up_to(std::max(granularity_, backend_.large_page()), [&](Block* b) {
+    if (b == top_tail || b->region->plain) return;
+    DevicePtr start = 0;
+    const Mapping* m = page_mapping(b->addr, &start);
+    if (!m || start + m->bytes < b->end()) return;
+    if (start != b->addr && start + m->bytes == b->end()) heads.push_back({b, b->size});
+    else if (start == b->addr && start + m->bytes != b->end()) tails.push_back({b, b->size});
+  });
   if (heads.empty() && tails.empty()) return {};
   std::sort(tails.begin(), tails.end(), [](const Part& a, const Part& b) { return a.bytes < b.bytes; });
   // The run may begin with the top's free tail (no page shared) or a head; the fewest new pages win,

@@ -92,6 +92,19 @@ class FreeIndex {
     }
   }
 
+  // Calls fn(block) for every free block of at most `max_size` bytes (and some a little larger).
+  template <typename Fn>
+  void for_each_up_to(std::size_t max_size, Fn&& fn) const {
+    const int fl_last = class_of(max_size).fl;
+    for (std::uint64_t fl_bits = first_bits_; fl_bits;) {
+      const int fl = std::countr_zero(fl_bits);
+      if (fl > fl_last) return;
+      fl_bits &= fl_bits - 1;
+      for (std::uint32_t sl_bits = second_bits_[fl]; sl_bits; sl_bits &= sl_bits - 1)
+        for (Block* b = heads_[fl][std::countr_zero(sl_bits)]; b; b = b->free_next) fn(b);
+    }
+  }
+
   std::size_t largest() const noexcept {
     if (!first_bits_) return 0;
     int fl = 63 - std::countl_zero(first_bits_);
