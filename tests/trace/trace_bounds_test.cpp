@@ -55,11 +55,15 @@ TEST_P(TraceBound, PeakReservedAndMinCapacityStayWithinTheBound) {
 
 // 1.01 is the target, met by every shared trace (llama_generate, the closest, 1.0099 since whole-page
 // requests get whole pages: see Arena::start_in and BENCHMARKS.md). train_generate (bench/gpu/train.py's
-// GPT-2 generate, recorded on an H200 on 2026-11-23) reaches 1.0079 but needs 1.0128x to complete: its
+// GPT-2 generate, recorded on an H200 on 2026-11-23) reaches 1.0079 but needs 1.0103x to complete: its
 // KV-cache tensors grow by a token each step, and the freed ones leave part-granules (< 2 MiB) beside
-// live neighbours; growth into the hole beside them (Arena::hole_fit) uses some, not all (1.0225x before).
+// live neighbours; growth into the hole beside them (Arena::hole_fit) and sharing them (Arena::SharePlan)
+// use some, not all (1.0225x, then 1.0128x before).
 // Held here at what it reaches today, below the 1.02x of gpu-engine-check's --limit run. train_lm / _vit /
 // _resnet: bench/gpu/train.py's LM (80 steps), ViT (40) and ResNet-50 (20) under gpumem on the H100, 2026-11-23.
+// gpt2_sample: bench/gpu/generate_more.py's top-k sampling (H100, 2026-11-23, through its peak), a workload
+// the engine was not tuned on: 2.93 MiB KV tensors (1.47 pages) left between holes each strand a part-page,
+// 1.0366 at the peak and 1.0563x to complete (1.0366x before part-pages were shared): a miss, held here.
 INSTANTIATE_TEST_SUITE_P(
     Traces, TraceBound,
     ::testing::Values(Bound{"transformer_varlen.jsonl.gz", false, 1.01}, Bound{"resnet_varbatch.jsonl.gz", false, 1.01},
@@ -68,7 +72,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Bound{"gpt2_generate.jsonl.gz", true, 1.01}, Bound{"pipeline3.jsonl.gz", true, 1.01},
                       Bound{"detection.jsonl.gz", true, 1.01}, Bound{"train_generate.jsonl.gz", true, 1.016, 1.02},
                       Bound{"train_lm.jsonl.gz", true, 1.01}, Bound{"train_vit.jsonl.gz", true, 1.01},
-                      Bound{"train_resnet.jsonl.gz", true, 1.01}),
+                      Bound{"train_resnet.jsonl.gz", true, 1.01}, Bound{"gpt2_sample.jsonl.gz", true, 1.057, 1.06}),
     [](const auto& info) {
       std::string name = info.param.file;
       return name.substr(0, name.find('.'));
