@@ -156,6 +156,8 @@ class Arena {
   Block* map_shared_at_top(Region& r, Block* top_tail, const SharePlan& plan, std::vector<Piece>& pieces);
   // The one-page mapping that holds p; nullptr if p is not inside such a mapping.
   const Mapping* page_mapping(DevicePtr p, DevicePtr* start) const;
+  // When every block of b's page is shared, they become a hole, its mapping removable like a lent page's.
+  void retire_if_all_shared(Block* b) noexcept;
   // A block of `state` for [at, at + bytes) at the top's end.
   Block* append_new(Region& r, DevicePtr at, std::size_t bytes, BlockState state);
   // A lent page stays mapped at its old address (its hole) until that address is reused; the mapping

@@ -1,6 +1,7 @@
 // Sharing a page between two addresses: a growth at the top takes along the free part-pages beside
 // live blocks. See arena.hpp (SharePlan).
 #include <algorithm>
+#include <iterator>
 
 #include "engine/arena.hpp"
 
@@ -33,14 +34,29 @@ Arena::SharePlan Arena::share_plan(const Block* top_tail, std::size_t size, std:
       size % granularity_ == 0)
     return {};
   std::vector<Part> heads, tails;
-  // Only free blocks within one page: the whole pages of larger ones stay for lending.
-  free_.for_each_up_to(std::max(granularity_, backend_.large_page()), [&](Block* b) {
-    if (b == top_tail || b->region->plain) return;
+  // Only free blocks within one page: the whole pages of larger ones stay for lending. The largest
+  // first, and a bounded number: a growth costs driver calls, but no walk over every free block.
+  constexpr int kLooks = 64, kEach = 8;
+  const std::size_t large = std::max(granularity_, backend_.large_page());
+  // A plan saves a page only with head + tail >= size + a page - need: the largest candidates come
+  // first, so once one cannot reach that beside the largest seen (or one as large), none after it can.
+  const std::size_t reach = size + granularity_ - std::min(need, size);
+  std::size_t largest = top_tail ? top_tail->size : 0;
+  int looks = 0;
+  free_.for_each_below(large, [&](Block* b) {
+    if (b->size + std::max(largest, b->size) < reach) return true;
+    if (b->size >= large || b == top_tail || b->region->plain) return false;
+    // Within one page of either size (a cheap test before the mapping is looked up).
+    const bool in_granule = b->addr / granularity_ == (b->end() - 1) / granularity_;
+    if (!in_granule && b->addr / large != (b->end() - 1) / large) return false;
     DevicePtr start = 0;
     const Mapping* m = page_mapping(b->addr, &start);
-    if (!m || start + m->bytes < b->end()) return;
-    if (start != b->addr && start + m->bytes == b->end()) heads.push_back({b, b->size});
-    else if (start == b->addr && start + m->bytes != b->end()) tails.push_back({b, b->size});
+    if (m && start + m->bytes >= b->end()) {
+      largest = std::max(largest, b->size);
+      if (start != b->addr && start + m->bytes == b->end() && heads.size() < kEach) heads.push_back({b, b->size});
+      else if (start == b->addr && start + m->bytes != b->end() && tails.size() < kEach) tails.push_back({b, b->size});
+    }
+    return ++looks >= kLooks || (heads.size() >= kEach && tails.size() >= kEach);
   });
   if (heads.empty() && tails.empty()) return {};
   std::sort(tails.begin(), tails.end(), [](const Part& a, const Part& b) { return a.bytes < b.bytes; });
@@ -91,11 +107,14 @@ Block* Arena::map_shared_at_top(Region& r, Block* top_tail, const SharePlan& pla
     hub_.emit(EventKind::stitch, plan.head->addr, plan.head_bytes, 0, stream_);
     carve_hole(plan.head, plan.head->addr, plan.head_bytes, BlockState::shared, at);
     mapped_bytes_ -= plan.head_bytes;
+    retire_if_all_shared(plan.head);
   }
   if (plan.tail) {
     hub_.emit(EventKind::stitch, plan.tail->end() - plan.tail_bytes, plan.tail_bytes, 0, stream_);
-    carve_hole(plan.tail, plan.tail->end() - plan.tail_bytes, plan.tail_bytes, BlockState::shared, new_tail_page);
+    Block* t = plan.tail;
+    carve_hole(t, t->end() - plan.tail_bytes, plan.tail_bytes, BlockState::shared, new_tail_page);
     mapped_bytes_ -= plan.tail_bytes;
+    retire_if_all_shared(t->state == BlockState::shared ? t : t->next);
   }
   hub_.emit(EventKind::segment_map, at, total, 0, stream_);
   Block* block;
@@ -120,6 +139,12 @@ void Arena::settle_shared(Block* f) noexcept {
   // shared here. Same stream, so no wait: like reusing a freed block.
   for (Block* s : {f->prev, f->next}) {
     if (!s || s->state != BlockState::shared || f->state != BlockState::free) continue;
+    // Cheap tests first. The partner page is below this one exactly when it is below s (mappings do
+    // not overlap); and f must reach a page's width from s's page-aligned end.
+    if (s->requested < s->addr) continue;
+    if (s == f->prev ? s->addr % granularity_ || f->end() < s->addr + granularity_
+                     : s->end() % granularity_ || f->addr + granularity_ > s->end())
+      continue;
     DevicePtr p = 0;
     const Mapping* here = page_mapping(s->addr, &p);
     if (!here || s->end() > p + here->bytes) continue;
@@ -128,11 +153,10 @@ void Arena::settle_shared(Block* f) noexcept {
     else if (s->end() == p + here->bytes) own = p, own_end = s->addr;
     else continue;
     if (f->addr > own || f->end() < own_end) continue;
+    // Only from the older address (the lower: the newer one was the region's top) to the newer (tested
+    // above): the bytes a long-lived tensor kept beside a borrowed part-page join the borrower's page,
+    // which is whole again once the borrower is freed. The other way the old part-page only comes back.
     const DevicePtr q = s->requested;
-    // Only from the older address (the lower: the newer one was the region's top) to the newer: the
-    // bytes a long-lived tensor kept beside a borrowed part-page join the borrower's page, which is
-    // whole again once the borrower is freed. The other way the old part-page would only come back.
-    if (q < p) continue;
     auto there = mappings_.find(q);
     if (there == mappings_.end() || there->second.piece.chunk != here->piece.chunk ||
         there->second.piece.offset != here->piece.offset || there->second.bytes != here->bytes)
@@ -142,13 +166,40 @@ void Arena::settle_shared(Block* f) noexcept {
     if (!other || other->state != BlockState::shared || other->requested != p || other->addr != q + (own - p) ||
         other->size != own_end - own || !recycler_.ensure_spare())
       continue;
+    const bool at_start = own == f->addr;
     carve_hole(f, own, own_end - own, BlockState::shared, q);
     mapped_bytes_ -= own_end - own;
     other->state = BlockState::allocated;  // release() takes allocated blocks
     mapped_bytes_ += other->size;
     release(other);
+    retire_if_all_shared(at_start ? f : f->next);
     return;
   }
+}
+
+void Arena::retire_if_all_shared(Block* b) noexcept {
+  DevicePtr p = 0;
+  const Mapping* m = page_mapping(b->addr, &p);
+  if (!m) return;
+  Block* first = b;
+  while (first->prev && first->prev->addr >= p) first = first->prev;
+  if (first->addr != p) return;  // a block from before the page holds its first bytes
+  Block* in_page[8];
+  std::size_t n = 0;
+  for (Block* x = first; x && x->addr < p + m->bytes; x = x->next) {
+    if (x->state != BlockState::shared || n == std::size(in_page)) return;
+    in_page[n++] = x;
+  }
+  // Every byte of this page is used at other addresses: its blocks become a hole (the block list stays
+  // short, the addresses can be filled again), and the mapping may go once the work queued so far, which
+  // may still read the page here, is done (as for a lent page).
+  std::uint64_t lent = ~std::uint64_t(0);  // never known done: it waits for empty_cache()
+  try {
+    lent = note_lend(false);
+  } catch (...) {
+  }
+  mappings_.find(p)->second.lent = lent;
+  for (std::size_t i = 0; i < n; ++i) shared_to_hole(in_page[i]);
 }
 
 Block* Arena::append_new(Region& r, DevicePtr at, std::size_t bytes, BlockState state) {

@@ -92,16 +92,21 @@ class FreeIndex {
     }
   }
 
-  // Calls fn(block) for every free block of at most `max_size` bytes (and some a little larger).
+  // Calls fn(block) for free blocks below `max_size` bytes (and some a little larger), largest classes
+  // first, until fn returns true.
   template <typename Fn>
-  void for_each_up_to(std::size_t max_size, Fn&& fn) const {
-    const int fl_last = class_of(max_size).fl;
-    for (std::uint64_t fl_bits = first_bits_; fl_bits;) {
-      const int fl = std::countr_zero(fl_bits);
-      if (fl > fl_last) return;
-      fl_bits &= fl_bits - 1;
-      for (std::uint32_t sl_bits = second_bits_[fl]; sl_bits; sl_bits &= sl_bits - 1)
-        for (Block* b = heads_[fl][std::countr_zero(sl_bits)]; b; b = b->free_next) fn(b);
+  void for_each_below(std::size_t max_size, Fn&& fn) const {
+    const int fl_first = class_of(max_size).fl;
+    const std::uint64_t below = fl_first >= 63 ? ~std::uint64_t(0) : (std::uint64_t(2) << fl_first) - 1;
+    for (std::uint64_t fl_bits = first_bits_ & below; fl_bits;) {
+      const int fl = 63 - std::countl_zero(fl_bits);
+      fl_bits &= ~(std::uint64_t(1) << fl);
+      for (std::uint32_t sl_bits = second_bits_[fl]; sl_bits;) {
+        const int sl = 31 - std::countl_zero(sl_bits);
+        sl_bits &= ~(1u << sl);
+        for (Block* b = heads_[fl][sl]; b; b = b->free_next)
+          if (fn(b)) return;
+      }
     }
   }
 

@@ -63,7 +63,7 @@ TEST_P(TraceBound, PeakReservedAndMinCapacityStayWithinTheBound) {
 // _resnet: bench/gpu/train.py's LM (80 steps), ViT (40) and ResNet-50 (20) under gpumem on the H100, 2026-11-23.
 // gpt2_sample: bench/gpu/generate_more.py's top-k sampling (H100, 2026-11-23, through its peak), a workload
 // the engine was not tuned on: 2.93 MiB KV tensors (1.47 pages) left between holes each strand a part-page,
-// 1.0366 at the peak and 1.0563x to complete (1.0366x before part-pages were shared): a miss, held here.
+// 1.0366 at the peak and 1.0218x to complete: a miss, held here.
 INSTANTIATE_TEST_SUITE_P(
     Traces, TraceBound,
     ::testing::Values(Bound{"transformer_varlen.jsonl.gz", false, 1.01}, Bound{"resnet_varbatch.jsonl.gz", false, 1.01},
@@ -72,7 +72,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Bound{"gpt2_generate.jsonl.gz", true, 1.01}, Bound{"pipeline3.jsonl.gz", true, 1.01},
                       Bound{"detection.jsonl.gz", true, 1.01}, Bound{"train_generate.jsonl.gz", true, 1.016, 1.02},
                       Bound{"train_lm.jsonl.gz", true, 1.01}, Bound{"train_vit.jsonl.gz", true, 1.01},
-                      Bound{"train_resnet.jsonl.gz", true, 1.01}, Bound{"gpt2_sample.jsonl.gz", true, 1.057, 1.06}),
+                      Bound{"train_resnet.jsonl.gz", true, 1.01}, Bound{"gpt2_sample.jsonl.gz", true, 1.037, 1.04}),
     [](const auto& info) {
       std::string name = info.param.file;
       return name.substr(0, name.find('.'));
