@@ -21,8 +21,9 @@ const Arena::Mapping* Arena::page_mapping(DevicePtr p, DevicePtr* start) const {
   --it;
   const Mapping& m = it->second;
   if (p >= it->first + m.bytes) return nullptr;
-  // Only a mapping of exactly one physical page: its parts go back to PhysicalMemory page by page.
-  if (m.bytes != m.piece.bytes || m.bytes != physical_.page_of(m.piece.chunk)) return nullptr;
+  // Without map_unit_bytes (share_plan's condition) every mapping is one physical page, so its parts go
+  // back to PhysicalMemory page by page. (PhysicalMemory is not asked: settle_shared runs without its lock.)
+  if (config_.map_unit_bytes || m.bytes != m.piece.bytes) return nullptr;
   *start = it->first;
   return &m;
 }
