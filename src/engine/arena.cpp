@@ -260,14 +260,7 @@ Block* Arena::extend_top(Region& r, Block* tail, std::size_t bytes) {
     free_.insert(tail);
     return tail;
   }
-  Block* b = recycler_.make();
-  b->addr = at;
-  b->size = bytes;
-  b->region = &r;
-  b->state = BlockState::free;
-  append_block(r, b);
-  free_.insert(b);
-  return b;
+  return append_new(r, at, bytes, BlockState::free);
 }
 
 Block* Arena::grow_plain(std::size_t size) {
@@ -292,13 +285,7 @@ Block* Arena::grow_plain(std::size_t size) {
   r->size = r->top = segment;
   r->plain = true;
   regions_.push_back(std::move(r));
-  Block* b = recycler_.make();
-  b->addr = base;
-  b->size = segment;
-  b->region = regions_.back().get();
-  append_block(*regions_.back(), b);
-  free_.insert(b);
-  return b;
+  return append_new(*regions_.back(), base, segment, BlockState::free);
 }
 
 Block* Arena::take(Block* b, std::size_t size) {
@@ -390,6 +377,17 @@ bool Arena::owns(DevicePtr p) const noexcept {
   for (const auto& r : regions_)
     if (p >= r->base && p < r->base + r->size) return true;
   return false;
+}
+
+Block* Arena::append_new(Region& r, DevicePtr at, std::size_t bytes, BlockState state) {
+  Block* b = recycler_.make();
+  b->addr = at;
+  b->size = bytes;
+  b->region = &r;
+  b->state = state;
+  append_block(r, b);
+  if (state == BlockState::free) free_.insert(b);
+  return b;
 }
 
 void Arena::append_block(Region& r, Block* b) {

@@ -158,8 +158,7 @@ class Arena {
   const Mapping* page_mapping(DevicePtr p, DevicePtr* start) const;
   // When every block of b's page is shared, they become a hole, its mapping removable like a lent page's.
   void retire_if_all_shared(Block* b) noexcept;
-  // A block of `state` for [at, at + bytes) at the top's end.
-  Block* append_new(Region& r, DevicePtr at, std::size_t bytes, BlockState state);
+
   // A lent page stays mapped at its old address (its hole) until that address is reused; the mapping
   // may be removed once the work queued before the lend completed: lends are numbered, an event per
   // lend, and lends_done() is the last lend known complete. During a CUDA graph capture no event is
@@ -238,6 +237,8 @@ class Arena {
                     DevicePtr partner = 0);
   // Makes shared block `b` a hole (its mapping is gone), merged with the holes beside it.
   void shared_to_hole(Block* b);
+  // A new block of `state` for [at, at + bytes) after the region's last (indexed when free).
+  Block* append_new(Region& r, DevicePtr at, std::size_t bytes, BlockState state);
   void append_block(Region& r, Block* b);
   void insert_after(Block* pos, Block* b);
   void unlink(Block* b);

@@ -203,15 +203,4 @@ void Arena::retire_if_all_shared(Block* b) noexcept {
   for (std::size_t i = 0; i < n; ++i) shared_to_hole(in_page[i]);
 }
 
-Block* Arena::append_new(Region& r, DevicePtr at, std::size_t bytes, BlockState state) {
-  Block* b = recycler_.make();
-  b->addr = at;
-  b->size = bytes;
-  b->region = &r;
-  b->state = state;
-  append_block(r, b);
-  if (state == BlockState::free) free_.insert(b);
-  return b;
-}
-
 }  // namespace gpumem::engine

@@ -78,18 +78,7 @@ class FreeIndex {
   // classes first, until fn returns true.
   template <typename Fn>
   void for_each_largest_first(std::size_t min_size, Fn&& fn) const {
-    const int fl0 = class_of(min_size).fl;
-    for (std::uint64_t fl_bits = first_bits_; fl_bits;) {
-      const int fl = 63 - std::countl_zero(fl_bits);
-      if (fl < fl0) return;
-      fl_bits &= ~(std::uint64_t(1) << fl);
-      for (std::uint32_t sl_bits = second_bits_[fl]; sl_bits;) {
-        const int sl = 31 - std::countl_zero(sl_bits);
-        sl_bits &= ~(1u << sl);
-        for (Block* b = heads_[fl][sl]; b; b = b->free_next)
-          if (fn(b)) return;
-      }
-    }
+    walk_down(first_bits_, class_of(min_size).fl, fn);
   }
 
   // Calls fn(block) for free blocks below `max_size` bytes (and some a little larger), largest classes
@@ -98,16 +87,7 @@ class FreeIndex {
   void for_each_below(std::size_t max_size, Fn&& fn) const {
     const int fl_first = class_of(max_size).fl;
     const std::uint64_t below = fl_first >= 63 ? ~std::uint64_t(0) : (std::uint64_t(2) << fl_first) - 1;
-    for (std::uint64_t fl_bits = first_bits_ & below; fl_bits;) {
-      const int fl = 63 - std::countl_zero(fl_bits);
-      fl_bits &= ~(std::uint64_t(1) << fl);
-      for (std::uint32_t sl_bits = second_bits_[fl]; sl_bits;) {
-        const int sl = 31 - std::countl_zero(sl_bits);
-        sl_bits &= ~(1u << sl);
-        for (Block* b = heads_[fl][sl]; b; b = b->free_next)
-          if (fn(b)) return;
-      }
-    }
+    walk_down(first_bits_ & below, 0, fn);
   }
 
   std::size_t largest() const noexcept {
@@ -123,6 +103,23 @@ class FreeIndex {
   std::size_t bytes() const noexcept { return bytes_; }
 
  private:
+  // Calls fn(block) for the blocks of the first-level classes in fl_bits down to fl_min, largest classes
+  // first, until fn returns true.
+  template <typename Fn>
+  void walk_down(std::uint64_t fl_bits, int fl_min, Fn& fn) const {
+    while (fl_bits) {
+      const int fl = 63 - std::countl_zero(fl_bits);
+      if (fl < fl_min) return;
+      fl_bits &= ~(std::uint64_t(1) << fl);
+      for (std::uint32_t sl_bits = second_bits_[fl]; sl_bits;) {
+        const int sl = 31 - std::countl_zero(sl_bits);
+        sl_bits &= ~(1u << sl);
+        for (Block* b = heads_[fl][sl]; b; b = b->free_next)
+          if (fn(b)) return;
+      }
+    }
+  }
+
   struct Class {
     int fl, sl;
   };

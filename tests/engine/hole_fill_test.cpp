@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "byte_fills.hpp"
 #include "gpumem/allocator.hpp"
 #include "gpumem/host_backend.hpp"
 #include "gpumem/sim_backend.hpp"
@@ -101,22 +102,13 @@ TEST(HoleFill, FillingAHoleLeavesTheDataOfEveryLiveBlockAlone) {
   Allocator alloc(std::make_shared<HostBackend>(o));
   const Layout l = hole_beside_a_part_page(alloc);
   // d's memory includes the pages lent from b, still mapped under the hole until it is filled.
-  struct Fill {
-    void* p;
-    std::size_t bytes;
-    unsigned char value;
-  };
+  using testing_fills::Fill;
   std::vector<Fill> fills = {{l.a, 3 * kMiB, 0xA1}, {l.c, 3 * kMiB, 0xC3}, {l.d, 7 * kMiB, 0xD4}};
-  for (const Fill& f : fills) std::memset(f.p, f.value, f.bytes);
+  for (const Fill& f : fills) testing_fills::fill(f);
   void* e = alloc.allocate(4 * kMiB + kMiB / 2, 0);
   ASSERT_EQ(addr(e), addr(l.a) + 3 * kMiB);
   std::memset(e, 0xE5, 4 * kMiB + kMiB / 2);
-  for (const Fill& f : fills) {
-    const auto* bytes = static_cast<const unsigned char*>(f.p);
-    std::size_t wrong = 0;
-    for (std::size_t i = 0; i < f.bytes; ++i) wrong += bytes[i] != f.value;
-    EXPECT_EQ(wrong, 0u) << "block of " << f.bytes << " bytes was overwritten";
-  }
+  testing_fills::expect_intact(fills);
   alloc.check_invariants();
   for (void* p : {l.a, l.c, l.d, e}) alloc.deallocate(p, 0);
 }

@@ -5,10 +5,10 @@
 // [2,4) is mapped again first, at 18, and the new block starts at 19 where its free half lies.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <memory>
 #include <vector>
 
+#include "byte_fills.hpp"
 #include "gpumem/allocator.hpp"
 #include "gpumem/host_backend.hpp"
 #include "gpumem/sim_backend.hpp"
@@ -79,24 +79,11 @@ TEST(PageSharing, BothAddressesKeepTheirOwnBytes) {
   Allocator alloc(std::make_shared<HostBackend>(o));
   Layout l = share_a_part_page(alloc);
   ASSERT_EQ(addr(l.e), addr(l.a) + 19 * kMiB);
-  struct Fill {
-    void* p;
-    std::size_t bytes;
-    unsigned char value;
-  };
-  std::vector<Fill> fills = {{l.a, 3 * kMiB, 0xA1}, {l.c, 3 * kMiB, 0xC3}, {l.d, 7 * kMiB, 0xD4}};
-  for (const Fill& f : fills) std::memset(f.p, f.value, f.bytes);
-  std::memset(l.e, 0xE5, 6 * kMiB + kMiB / 2);
-  fills.push_back({l.e, 6 * kMiB + kMiB / 2, 0xE5});
-  auto check = [&] {
-    for (const Fill& f : fills) {
-      const auto* bytes = static_cast<const unsigned char*>(f.p);
-      std::size_t wrong = 0;
-      for (std::size_t i = 0; i < f.bytes; ++i) wrong += bytes[i] != f.value;
-      EXPECT_EQ(wrong, 0u) << "block of " << f.bytes << " bytes was overwritten";
-    }
-  };
-  check();
+  using testing_fills::Fill;
+  std::vector<Fill> fills = {{l.a, 3 * kMiB, 0xA1}, {l.c, 3 * kMiB, 0xC3}, {l.d, 7 * kMiB, 0xD4},
+                             {l.e, 6 * kMiB + kMiB / 2, 0xE5}};
+  for (const Fill& f : fills) testing_fills::fill(f);
+  testing_fills::expect_intact(fills);
   // a freed while e lives: a's half of the page moves to e's address (settle_shared); once e is freed
   // too the page is whole there, and a new block over it must not touch c or d.
   alloc.deallocate(l.a, 0);
@@ -106,9 +93,9 @@ TEST(PageSharing, BothAddressesKeepTheirOwnBytes) {
   fills.pop_back();
   void* g = alloc.allocate(8 * kMiB, 0);
   EXPECT_EQ(addr(g), addr(l.e) - kMiB);
-  std::memset(g, 0xF6, 8 * kMiB);
   fills.push_back({g, 8 * kMiB, 0xF6});
-  check();
+  testing_fills::fill(fills.back());
+  testing_fills::expect_intact(fills);
   alloc.check_invariants();
   for (const Fill& x : fills) alloc.deallocate(x.p, 0);
   alloc.empty_cache();
