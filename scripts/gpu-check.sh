@@ -13,6 +13,9 @@
 #                                    10 PyTorch memory checks native vs gpumem  11 torch.empty host cost;
 #                                    logs to $OUT (default ./gpu-check-out), a short table last.
 # Through the device tool: run(command="bash scripts/gpu-check.sh", carry=[".device/gpu", ".device/mon"]).
+# GPU_CHECK_PARTS picks parts (default all, ~20 min): "tools" (1-4b, 12, 13), "train" (5), "procs" (6, 7, 9),
+# "torch" (10, 11), "samples" (8); the device tool's 10-minute calls run it whole as
+# GPU_CHECK_PARTS="tools procs samples", then "train", then "torch".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=.device/gpu
@@ -80,6 +83,11 @@ CUDA_INC=""
 for d in /usr/local/cuda/include "$(python3 -c 'import nvidia.cuda_runtime, os; print(os.path.join(list(nvidia.cuda_runtime.__path__)[0], "include"))' 2>/dev/null)"; do
   [[ -n "$d" && -f $d/cuda_runtime_api.h ]] && { CUDA_INC=$d; break; }
 done
+PARTS=" ${GPU_CHECK_PARTS:-tools train procs torch samples} "
+want() { [[ $PARTS == *" $1 "* ]]; }
+echo "parts:$PARTS"
+
+if want tools; then
 step "build c10 shim (g++ vs torch headers)" 300 g++ -O2 -std=c++17 -shared -fPIC bench/gpu/c10_shim.cpp \
   -I"$TORCH/include" -I"$CUDA_INC" -L"$TORCH/lib" -lc10 -lc10_cuda -Wl,-rpath,"$TORCH/lib" -o "$WORK/c10_shim.so"
 
@@ -95,7 +103,8 @@ step "4b snapshot -> _memory_viz, gpumem" 120 "$BIN/gpumem" run -- python3 bench
 # 12 CUDA graphs and memory pools, bit for bit, natively and under gpumem (scripts/gpu-graph-check.sh).
 step "12 CUDA graphs and pools: native vs gpumem" 300 env BIN="$BIN" OUT="$RES" bash scripts/gpu-graph-check.sh
 step "13 control channel (clear, limit, snapshot, stop, cooperative)" 480 python3 bench/gpu/control_check.py "$BIN/gpumem"
-if [[ "${GPU_CHECK_TRAIN:-1}" != 0 ]]; then
+fi
+if want train && [[ "${GPU_CHECK_TRAIN:-1}" != 0 ]]; then
 # 5 training: native, gpumem, gpumem with --limit 1.02x the peak live bytes gpumem saw.
 for w in ${GPU_CHECK_WORKLOADS:-lm resnet vit generate}; do
   step "5 $w native" 300 python3 bench/gpu/train.py $w --out "$RES/${w}_native.json"
@@ -118,11 +127,9 @@ t = sum(g["step_ms"][2:]) / sum(n["step_ms"][2:])
 print(f"lm with {page} MiB pages: time ratio {t:.4f}, reserved/live {g['peak_reserved'] / g['peak_live']:.4f}")
 EOF
 done
-fi
 for w in ${GPU_CHECK_WORKLOADS:-lm resnet vit generate}; do
   [[ -f $RES/${w}_gpumem_trace.jsonl.gz ]] && "$BIN/gpumem" replay "$RES/${w}_gpumem_trace.jsonl.gz" | tee "$RES/${w}_replay.txt"
 done
-python3 bench/gpu/compare.py "$RES" "$RES/host_cost.json" > "$RES/table.md"
 python3 - "$RES" <<'EOF' || { row "5 targets (loss 1e-3, time 1%, 1.01x)" "MISSED (see table)"; FAILS=$((FAILS + 1)); }
 import json, sys, os
 d = sys.argv[1]
@@ -139,7 +146,9 @@ for w in os.environ.get("GPU_CHECK_WORKLOADS", "lm resnet vit generate").split()
     ok &= diff <= 1e-3 and abs(t - 1) <= 0.01 and r <= 1.01
 sys.exit(0 if ok else 1)
 EOF
+fi
 
+if want procs; then
 # 6 two processes on one GPU, each with its own limit: neither crosses it, both finish.
 L=$((8 << 30))
 echo; echo "== 6 two processes, --limit 8GiB each"
@@ -163,10 +172,11 @@ fi
 if (( $(nvidia-smi -L | wc -l) >= 2 )); then
   step "9 multi-GPU: one allocator per device" 120 "$BIN/gpumem" run -- python3 bench/gpu/multi_gpu.py
 fi
+fi
 
 # 10 PyTorch's memory behaviour, native vs gpumem (bench/gpu/torch_checks.py), and 11 host cost through
 # PyTorch. Long: GPU_CHECK_TORCH=0 leaves them out; scripts/torch-checks.py --only NAMES runs a few.
-if [[ "${GPU_CHECK_TORCH:-1}" != 0 ]]; then
+if want torch && [[ "${GPU_CHECK_TORCH:-1}" != 0 ]]; then
   step "10 torch checks: native vs gpumem run" 580 python3 scripts/torch-checks.py --gpumem "$BIN/gpumem" \
     --json "$RES/torch_checks.json" ${TORCH_CHECKS_ONLY:+--only "$TORCH_CHECKS_ONLY"}
   step "11 host cost through torch.empty (1, 64 MiB)" 300 python3 bench/gpu/torch_host_cost.py --gpumem "$BIN/gpumem" \
@@ -175,6 +185,7 @@ fi
 # 12 control channel: clear / limit / stop on a training process, cooperative release between two (issue 9).
 
 # 8 what a person sees: the monitor commands on this machine, with a PyTorch process holding memory.
+if want samples; then
 echo; echo "== 8 sample output"
 python3 -c 'import torch, time; x = torch.empty(3 << 30, dtype=torch.uint8, device="cuda"); time.sleep(30)' &
 holder=$!
@@ -186,4 +197,6 @@ sleep 8
   done
 } 2>&1 | tee "$RES/samples.txt"
 kill $holder 2>/dev/null; wait $holder 2>/dev/null
+fi
+python3 bench/gpu/compare.py "$RES" "$RES/host_cost.json" > "$RES/table.md"
 exit $((FAILS > 0))

@@ -22,7 +22,8 @@ def max_rel_diff(a, b):
 def main():
     d = sys.argv[1]
     rows = []
-    for w in ("lm", "resnet", "vit", "generate"):
+    trained = any(f.endswith(("_native.json", "_gpumem.json")) for f in os.listdir(d))
+    for w in ("lm", "resnet", "vit", "generate") if trained else ():
         native, gm, limited = (load(os.path.join(d, f"{w}_{k}.json")) for k in ("native", "gpumem", "limit"))
         if not native or not gm:
             rows.append(f"| {w} | run failed (see logs) | | | | | |")
@@ -37,10 +38,11 @@ def main():
         rows.append(f"| {w} | {diff:.2e} | {n_ms:.0f} / {g_ms:.0f} ms ({(g_ms / n_ms - 1) * 100:+.2f}%) | "
                     f"{native['peak_live'] / 2**30:.3f} / {gm['peak_live'] / 2**30:.3f} GiB | "
                     f"{ratio_n:.3f} | {ratio_g:.4f} | {lim} |")
-    print("| workload | max rel. loss diff | step time native / gpumem | peak live native / gpumem | "
-          "reserved/live native | reserved/live gpumem | --limit 1.02x peak live |")
-    print("|---|---|---|---|---|---|---|")
-    print("\n".join(rows))
+    if trained:
+        print("| workload | max rel. loss diff | step time native / gpumem | peak live native / gpumem | "
+              "reserved/live native | reserved/live gpumem | --limit 1.02x peak live |")
+        print("|---|---|---|---|---|---|---|")
+        print("\n".join(rows))
     if len(sys.argv) > 2 and (cost := load(sys.argv[2])):
         c10 = next((c for c in cost if c["allocator"].startswith("c10")), None)
         print("\n| allocator | 1 MiB pair (ns) | mixed op (ns) | vs c10 pair | vs c10 mixed |")

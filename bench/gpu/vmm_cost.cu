@@ -1,10 +1,15 @@
 // What each CUDA virtual-memory driver call costs on this GPU (run by scripts/gpu-check.sh), to choose
 // the page size and the batching of the CUDA backend: cuMemCreate, cuMemMap, cuMemSetAccess (one call
-// per page, and one call over a whole run of pages), cuMemUnmap (per page, and one call over a run of
+// per page, and one call over a whole run of pages, each on mappings whose access was never set: a call on
+// pages already accessible is cheap and says nothing), cuMemUnmap (per page, and one call over a run of
 // separately mapped pages, which tells whether the driver allows it) and cuMemRelease, at 2 MiB and
-// 16 MiB pages. Each figure is the median of 5 rounds of `pages` calls, in microseconds per call.
+// 16 MiB pages; then create + map + access over a run again while a ~20 ms kernel runs on another stream
+// ("busy"), and whether that kernel was still running when the calls returned (they did not wait for it).
+// Each figure is the median of 5 rounds of `pages` calls, in microseconds per call (per page for a run).
 // Prints one PASS/FAIL line per page size; with --json FILE also writes the figures.
 // Usage: vmm_cost [--json FILE]   Exit: 0 every call succeeded, 1 a driver call failed, 4 no driver/GPU.
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,10 +24,17 @@ namespace {
 using namespace gpumem::cuda;
 using Clock = std::chrono::steady_clock;
 
+__global__ void spin(long long cycles) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
+
 struct Figures {
   std::size_t page = 0, pages = 0;
   double create = 0, map = 0, access_per_page = 0, access_per_run = 0, unmap = 0, unmap_run = 0, release = 0;
-  bool unmap_run_ok = false;
+  double busy_create = 0, busy_map = 0, busy_access_per_run = 0;  // per page, while a kernel runs
+  bool unmap_run_ok = false, busy_overlapped = true;
 };
 
 double median(std::vector<double> v) {
@@ -34,66 +46,100 @@ double us_since(Clock::time_point t0, std::size_t calls) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / double(calls);
 }
 
-// One round: create `n` pages, map them side by side, set access page by page and over the run, unmap
-// (page by page, or in one call when `unmap_whole`), release. Returns false at the first failure.
-bool round(const Driver& d, const CUmemAllocationProp& prop, const CUmemAccessDesc& access, CUdeviceptr va,
-           std::size_t page, std::size_t n, bool unmap_whole, Figures& f, std::vector<double> (&samples)[7]) {
+struct Setup {
+  CUmemAllocationProp prop{};
+  CUmemAccessDesc access{};
+  CUdeviceptr va = 0, va2 = 0;  // two ranges of n pages: per-page access on one, per-run on the other
+  cudaStream_t stream = nullptr;
+  long long busy_cycles = 0;
+};
+
+enum Sample { kCreate, kMap, kAccessPage, kAccessRun, kUnmap, kUnmapRun, kRelease, kBusyCreate, kBusyMap, kBusyAccess, kSamples };
+
+// One round: create `n` pages, map them side by side and set access page by page; map them again at va2
+// and set access there in one call; unmap (page by page, or in one call when `unmap_whole`), release.
+// With `busy`, only create + map + one access call at va2, timed while a kernel runs. False at a failure.
+bool round(const Driver& d, const Setup& s, std::size_t page, std::size_t n, bool unmap_whole, bool busy, Figures& f,
+           std::vector<double> (&samples)[kSamples]) {
   std::vector<CUmemGenericAllocationHandle> handles(n);
+  if (busy) {
+    spin<<<1, 1, 0, s.stream>>>(s.busy_cycles);
+    if (cudaStreamQuery(s.stream) != cudaErrorNotReady) f.busy_overlapped = false;  // too short to tell
+  }
   auto t0 = Clock::now();
   for (std::size_t i = 0; i < n; ++i)
-    if (d.cuMemCreate(&handles[i], page, &prop, 0) != CUDA_SUCCESS) return false;
-  samples[0].push_back(us_since(t0, n));
+    if (d.cuMemCreate(&handles[i], page, &s.prop, 0) != CUDA_SUCCESS) return false;
+  samples[busy ? kBusyCreate : kCreate].push_back(us_since(t0, n));
+  const CUdeviceptr first = busy ? s.va2 : s.va;
   t0 = Clock::now();
   for (std::size_t i = 0; i < n; ++i)
-    if (d.cuMemMap(va + i * page, page, 0, handles[i], 0) != CUDA_SUCCESS) return false;
-  samples[1].push_back(us_since(t0, n));
-  t0 = Clock::now();
-  for (std::size_t i = 0; i < n; ++i)
-    if (d.cuMemSetAccess(va + i * page, page, &access, 1) != CUDA_SUCCESS) return false;
-  samples[2].push_back(us_since(t0, n));
-  t0 = Clock::now();
-  if (d.cuMemSetAccess(va, n * page, &access, 1) != CUDA_SUCCESS) return false;
-  samples[3].push_back(us_since(t0, 1));
-  if (unmap_whole) {
-    t0 = Clock::now();
-    f.unmap_run_ok = d.cuMemUnmap(va, n * page) == CUDA_SUCCESS;
-    samples[5].push_back(us_since(t0, 1));
-  }
-  if (!unmap_whole || !f.unmap_run_ok) {
+    if (d.cuMemMap(first + i * page, page, 0, handles[i], 0) != CUDA_SUCCESS) return false;
+  samples[busy ? kBusyMap : kMap].push_back(us_since(t0, n));
+  if (!busy) {
     t0 = Clock::now();
     for (std::size_t i = 0; i < n; ++i)
-      if (d.cuMemUnmap(va + i * page, page) != CUDA_SUCCESS) return false;
-    samples[4].push_back(us_since(t0, n));
+      if (d.cuMemSetAccess(s.va + i * page, page, &s.access, 1) != CUDA_SUCCESS) return false;
+    samples[kAccessPage].push_back(us_since(t0, n));
+    for (std::size_t i = 0; i < n; ++i)
+      if (d.cuMemMap(s.va2 + i * page, page, 0, handles[i], 0) != CUDA_SUCCESS) return false;
+  }
+  t0 = Clock::now();
+  if (d.cuMemSetAccess(s.va2, n * page, &s.access, 1) != CUDA_SUCCESS) return false;
+  samples[busy ? kBusyAccess : kAccessRun].push_back(us_since(t0, n));
+  if (busy && cudaStreamQuery(s.stream) != cudaErrorNotReady) f.busy_overlapped = false;  // the calls waited
+  if (busy) cudaStreamSynchronize(s.stream);
+  for (CUdeviceptr base : {s.va, s.va2}) {
+    if (busy && base == s.va) continue;
+    if (unmap_whole && base == s.va) {
+      t0 = Clock::now();
+      f.unmap_run_ok = d.cuMemUnmap(base, n * page) == CUDA_SUCCESS;
+      samples[kUnmapRun].push_back(us_since(t0, 1));
+      if (f.unmap_run_ok) continue;
+    }
+    t0 = Clock::now();
+    for (std::size_t i = 0; i < n; ++i)
+      if (d.cuMemUnmap(base + i * page, page) != CUDA_SUCCESS) return false;
+    if (!busy && base == s.va) samples[kUnmap].push_back(us_since(t0, n));
   }
   t0 = Clock::now();
   for (std::size_t i = 0; i < n; ++i)
     if (d.cuMemRelease(handles[i]) != CUDA_SUCCESS) return false;
-  samples[6].push_back(us_since(t0, n));
+  if (!busy) samples[kRelease].push_back(us_since(t0, n));
   return true;
 }
 
 bool measure(const Driver& d, int ordinal, std::size_t page, std::size_t n, Figures& f) {
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, ordinal};
-  CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, ordinal}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-  CUdeviceptr va = 0;
-  if (d.cuMemAddressReserve(&va, n * page, page, 0, 0) != CUDA_SUCCESS) return false;
+  Setup s;
+  s.prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  s.prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, ordinal};
+  s.access = {{CU_MEM_LOCATION_TYPE_DEVICE, ordinal}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  int khz = 0;
+  cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, ordinal);
+  s.busy_cycles = (long long)khz * 20;  // ~20 ms at the base clock: longer than any round's calls
+  if (cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking) != cudaSuccess) return false;
+  bool ok = d.cuMemAddressReserve(&s.va, n * page, page, 0, 0) == CUDA_SUCCESS &&
+            d.cuMemAddressReserve(&s.va2, n * page, page, 0, 0) == CUDA_SUCCESS;
   f.page = page;
   f.pages = n;
-  std::vector<double> samples[7];
-  bool ok = round(d, prop, access, va, page, n, false, f, samples);  // warm-up, not counted
-  for (auto& s : samples) s.clear();
-  for (int r = 0; ok && r < 5; ++r) ok = round(d, prop, access, va, page, n, r == 4, f, samples);
-  d.cuMemAddressFree(va, n * page);
+  std::vector<double> samples[kSamples];
+  ok = ok && round(d, s, page, n, false, false, f, samples);  // warm-up, not counted
+  for (auto& v : samples) v.clear();
+  for (int r = 0; ok && r < 5; ++r) ok = round(d, s, page, n, r == 4, false, f, samples);
+  for (int r = 0; ok && r < 5; ++r) ok = round(d, s, page, n, false, true, f, samples);
+  if (s.va) d.cuMemAddressFree(s.va, n * page);
+  if (s.va2) d.cuMemAddressFree(s.va2, n * page);
+  cudaStreamDestroy(s.stream);
   if (!ok) return false;
-  f.create = median(samples[0]);
-  f.map = median(samples[1]);
-  f.access_per_page = median(samples[2]);
-  f.access_per_run = median(samples[3]);
-  f.unmap = median(samples[4]);
-  f.unmap_run = samples[5].empty() ? 0 : samples[5][0];
-  f.release = median(samples[6]);
+  f.create = median(samples[kCreate]);
+  f.map = median(samples[kMap]);
+  f.access_per_page = median(samples[kAccessPage]);
+  f.access_per_run = median(samples[kAccessRun]);
+  f.unmap = median(samples[kUnmap]);
+  f.unmap_run = samples[kUnmapRun].empty() ? 0 : samples[kUnmapRun][0];
+  f.release = median(samples[kRelease]);
+  f.busy_create = median(samples[kBusyCreate]);
+  f.busy_map = median(samples[kBusyMap]);
+  f.busy_access_per_run = median(samples[kBusyAccess]);
   return true;
 }
 
@@ -124,8 +170,9 @@ int main(int argc, char** argv) {
   d->cuCtxSetCurrent(ctx);
   std::vector<Figures> all;
   int failures = 0;
-  std::printf("%-8s %6s %10s %10s %14s %14s %10s %14s %10s  (us per call)\n", "page", "pages", "create", "map",
-              "access/page", "access/run", "unmap", "unmap/run", "release");
+  std::printf("%-8s %6s %8s %8s %12s %12s %8s %10s %8s | busy: %8s %8s %12s %s\n", "page", "pages", "create", "map",
+              "access/page", "access/run", "unmap", "unmap/run", "release", "create", "map", "access/run",
+              "(us per page; busy: a kernel runs meanwhile)");
   for (std::size_t mib : {2, 16}) {
     Figures f;
     const std::size_t n = mib == 2 ? 256 : 32;  // 512 MiB either way
@@ -135,11 +182,12 @@ int main(int argc, char** argv) {
       ++failures;
       continue;
     }
-    std::printf("%5zuMiB %6zu %10.2f %10.2f %14.2f %14.2f %10.2f %14s %10.2f\n", mib, n, f.create, f.map,
-                f.access_per_page, f.access_per_run, f.unmap,
-                f.unmap_run_ok ? std::to_string(f.unmap_run).c_str() : "refused", f.release);
-    std::printf("PASS vmm_cost %zu MiB pages: create+map+access per page %.2f us, per MiB %.3f us (access once per run)\n",
-                mib, f.create + f.map + f.access_per_page, (f.create + f.map + f.access_per_run / double(n)) / double(mib));
+    std::printf("%5zuMiB %6zu %8.2f %8.2f %12.2f %12.2f %8.2f %10s %8.2f | busy: %8.2f %8.2f %12.2f %s\n", mib, n,
+                f.create, f.map, f.access_per_page, f.access_per_run, f.unmap,
+                f.unmap_run_ok ? std::to_string(f.unmap_run).c_str() : "refused", f.release, f.busy_create, f.busy_map,
+                f.busy_access_per_run, f.busy_overlapped ? "(returned while the kernel ran)" : "(waited for the kernel)");
+    std::printf("PASS vmm_cost %zu MiB pages: create+map+access %.2f us per page (access over a run), %.3f us per MiB\n",
+                mib, f.create + f.map + f.access_per_run, (f.create + f.map + f.access_per_run) / double(mib));
     all.push_back(f);
   }
   if (json) {
@@ -150,9 +198,11 @@ int main(int argc, char** argv) {
         std::fprintf(out,
                      "%s{\"page\": %zu, \"pages\": %zu, \"create_us\": %.3f, \"map_us\": %.3f, \"access_per_page_us\": %.3f, "
                      "\"access_per_run_us\": %.3f, \"unmap_us\": %.3f, \"unmap_run_ok\": %s, \"unmap_run_us\": %.3f, "
-                     "\"release_us\": %.3f}",
+                     "\"release_us\": %.3f, \"busy_create_us\": %.3f, \"busy_map_us\": %.3f, \"busy_access_per_run_us\": %.3f, "
+                     "\"busy_overlapped\": %s}",
                      i ? ", " : "", f.page, f.pages, f.create, f.map, f.access_per_page, f.access_per_run, f.unmap,
-                     f.unmap_run_ok ? "true" : "false", f.unmap_run, f.release);
+                     f.unmap_run_ok ? "true" : "false", f.unmap_run, f.release, f.busy_create, f.busy_map,
+                     f.busy_access_per_run, f.busy_overlapped ? "true" : "false");
       }
       std::fprintf(out, "]\n");
       std::fclose(out);
