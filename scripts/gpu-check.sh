@@ -16,6 +16,7 @@
 # GPU_CHECK_PARTS picks parts (default all, ~20 min): "tools" (1-4b, 12, 13), "train" (5), "procs" (6, 7, 9),
 # "torch" (10, 11), "samples" (8); the device tool's 10-minute calls run it whole as
 # GPU_CHECK_PARTS="tools procs samples", then "train", then "torch".
+# Exit: 0 every step passed, 1 a step failed or missed its target, 2 an unknown part in GPU_CHECK_PARTS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=.device/gpu
@@ -37,6 +38,13 @@ if [[ "${1:-}" == "--prepare" ]]; then
   du -sh "$BIN"
   exit 0
 fi
+
+PARTS=" ${GPU_CHECK_PARTS:-tools train procs torch samples} "
+for p in $PARTS; do
+  [[ " tools train procs torch samples " == *" $p "* ]] ||
+    { echo "gpu-check: unknown part '$p' in GPU_CHECK_PARTS (parts: tools train procs torch samples)"; exit 2; }
+done
+want() { [[ $PARTS == *" $1 "* ]]; }
 
 OUTDIR=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUTDIR"
@@ -83,8 +91,6 @@ CUDA_INC=""
 for d in /usr/local/cuda/include "$(python3 -c 'import nvidia.cuda_runtime, os; print(os.path.join(list(nvidia.cuda_runtime.__path__)[0], "include"))' 2>/dev/null)"; do
   [[ -n "$d" && -f $d/cuda_runtime_api.h ]] && { CUDA_INC=$d; break; }
 done
-PARTS=" ${GPU_CHECK_PARTS:-tools train procs torch samples} "
-want() { [[ $PARTS == *" $1 "* ]]; }
 echo "parts:$PARTS"
 
 if want tools; then
