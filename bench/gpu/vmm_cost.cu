@@ -86,7 +86,7 @@ bool round(const Driver& d, const Setup& s, std::size_t page, std::size_t n, boo
   t0 = Clock::now();
   if (d.cuMemSetAccess(s.va2, n * page, &s.access, 1) != CUDA_SUCCESS) return false;
   samples[busy ? kBusyAccess : kAccessRun].push_back(us_since(t0, n));
-  if (busy && cudaStreamQuery(s.stream) != cudaErrorNotReady) f.busy_overlapped = false;  // the calls waited
+  if (busy && cudaStreamQuery(s.stream) != cudaErrorNotReady) f.busy_overlapped = false;  // waited, or slower
   if (busy) cudaStreamSynchronize(s.stream);
   for (CUdeviceptr base : {s.va, s.va2}) {
     if (busy && base == s.va) continue;
@@ -185,7 +185,7 @@ int main(int argc, char** argv) {
     std::printf("%5zuMiB %6zu %8.2f %8.2f %12.2f %12.2f %8.2f %10s %8.2f | busy: %8.2f %8.2f %12.2f %s\n", mib, n,
                 f.create, f.map, f.access_per_page, f.access_per_run, f.unmap,
                 f.unmap_run_ok ? std::to_string(f.unmap_run).c_str() : "refused", f.release, f.busy_create, f.busy_map,
-                f.busy_access_per_run, f.busy_overlapped ? "(returned while the kernel ran)" : "(waited for the kernel)");
+                f.busy_access_per_run, f.busy_overlapped ? "(returned while the kernel ran)" : "(the kernel ended before they returned)");
     std::printf("PASS vmm_cost %zu MiB pages: create+map+access %.2f us per page (access over a run), %.3f us per MiB\n",
                 mib, f.create + f.map + f.access_per_run, (f.create + f.map + f.access_per_run) / double(mib));
     all.push_back(f);
