@@ -11,7 +11,7 @@ two runs are compared step by step (losses, step times, peak memory).
           "step" is one generate call, batch from {1, 2, 4, 8, 16}, prompt {32, 100, 256, 511}, 96 new tokens;
           its "loss" is the sum of the generated token ids (greedy decoding: equal runs give equal sums).
 
-Writes one JSON object to --out: allocator, losses, step_ms, peak_live (requested bytes), peak_allocated,
+Writes one JSON object to --out: allocator, losses, step_ms, driver_ms (gpumem: per step), peak_live (requested bytes), peak_allocated,
 peak_reserved. Under gpumem the stats come from gpumem_torch (install() patches torch.cuda's names)."""
 import argparse
 import json
@@ -125,8 +125,16 @@ def main():
             x, y = batch
             return nn.functional.cross_entropy(model(x).float(), y)
 
-    losses, step_ms = [], []
+    gpumem = sys.modules.get("gpumem_torch")
+    installed = bool(gpumem and gpumem.is_installed())
+
+    def driver_us():  # gpumem's time in driver calls so far (create, map, access, unmap, release, sync)
+        stats = gpumem.memory_stats()
+        return sum(v for k, v in stats.items() if k.startswith("gpumem.driver.") and k.endswith(".us"))
+
+    losses, step_ms, driver_ms = [], [], []
     for batch in data:
+        before = driver_us() if installed else 0
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=opt is not None):
@@ -137,11 +145,11 @@ def main():
             opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
         step_ms.append((time.perf_counter() - t0) * 1e3)
+        if installed:
+            driver_ms.append((driver_us() - before) / 1e3)
         losses.append(loss.item())
         del loss, batch
 
-    gpumem = sys.modules.get("gpumem_torch")
-    installed = bool(gpumem and gpumem.is_installed())
     stats = gpumem.memory_stats() if installed else torch.cuda.memory_stats()
     result = {
         "workload": args.workload,
@@ -149,6 +157,7 @@ def main():
         "backend": gpumem.backend_name() if installed else torch.cuda.get_allocator_backend(),
         "losses": losses,
         "step_ms": step_ms,
+        "driver_ms": driver_ms,  # gpumem only: ms in driver calls during each step
         "peak_live": stats["requested_bytes.all.peak"],
         "peak_allocated": stats["allocated_bytes.all.peak"],
         "peak_reserved": stats["reserved_bytes.all.peak"],
