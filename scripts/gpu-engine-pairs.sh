@@ -34,12 +34,13 @@ for w in workloads:
             n, g = (json.load(open(f"{out}/{w}_{k}{i}.json")) for k in ("native", "gpumem"))
         except (OSError, ValueError):
             print(f"| {w} | {i} | failed |"); continue
-        a, b, d = n["step_ms"], g["step_ms"], g.get("driver_ms") or [0.0] * len(g["step_ms"])
-        quiet = [k for k in range(1, min(len(a), len(b))) if d[k] < 0.05]
+        a, b, d = n["step_ms"], g["step_ms"], g.get("driver_ms")
+        quiet = [k for k in range(1, min(len(a), len(b))) if d and d[k] < 0.05]
         q = f"{sum(b[k] for k in quiet) / sum(a[k] for k in quiet):.3f} ({len(quiet)})" if quiet else "- (0)"
+        in_driver = f"{sum(d[1:]):.1f}" if d else "- (not recorded)"
         print(f"| {w} | {i} | {sum(b) / sum(a):.3f} | {sum(b[1:]) / sum(a[1:]):.3f} | {sum(b[5:]) / sum(a[5:]):.3f} | "
               f"{median(a):.1f} / {median(b):.1f} ms | {n['peak_reserved'] / n['peak_live']:.4f} / "
-              f"{g['peak_reserved'] / g['peak_live']:.4f} | {sum(b[1:]) - sum(a[1:]):+.1f} / {sum(d[1:]):.1f} ms | {q} |")
+              f"{g['peak_reserved'] / g['peak_live']:.4f} | {sum(b[1:]) - sum(a[1:]):+.1f} / {in_driver} ms | {q} |")
         dr = g.get("driver") or {}
         print("    driver: " + ", ".join(f"{k} {dr.get(k + '.calls', 0)} / {dr.get(k + '.us', 0) / 1e3:.1f} ms"
                                        for k in ("create", "map", "access", "unmap", "release", "sync")))
