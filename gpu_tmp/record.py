@@ -76,6 +76,76 @@ def detection():
                "labels": torch.tensor([1, 2], device="cuda")} for _ in range(n)]
         loss = sum(m(imgs, tg).values()); loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
 
+def gpt2_beam():
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0); random.seed(3)
+    m = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12)).cuda().half().eval()
+    for r in range(6):
+        b = random.choice([1, 2, 4, 8]); p = random.choice([32, 100, 256]); new = random.choice([40, 96])
+        ids = torch.randint(0, 50000, (b, p), device="cuda")
+        with torch.no_grad():
+            m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new, num_beams=4, pad_token_id=0)
+
+def llama_gqa():
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0); random.seed(4)
+    cfg = LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=12, num_attention_heads=16,
+                      num_key_value_heads=4, vocab_size=32000, max_position_embeddings=4096)
+    m = LlamaForCausalLM(cfg).cuda().to(torch.bfloat16).eval()
+    for r in range(6):
+        b = random.choice([1, 4, 8, 16, 24]); p = random.choice([64, 200, 512, 1000]); new = random.choice([48, 128, 200])
+        ids = torch.randint(0, 32000, (b, p), device="cuda")
+        with torch.no_grad():
+            m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new, do_sample=True, pad_token_id=0)
+
+def t5_beam():
+    from transformers import T5Config, T5ForConditionalGeneration
+    torch.manual_seed(0); random.seed(5)
+    m = T5ForConditionalGeneration(T5Config(d_model=768, d_ff=3072, num_layers=12, num_heads=12, vocab_size=32128,
+                                            decoder_start_token_id=0)).cuda().to(torch.bfloat16).eval()
+    for r in range(6):
+        b = random.choice([2, 4, 8, 16]); p = random.choice([64, 200, 512]); new = random.choice([32, 80])
+        ids = torch.randint(0, 32000, (b, p), device="cuda")
+        with torch.no_grad():
+            m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new, num_beams=3, pad_token_id=0)
+
+def convnext_varres():
+    import timm
+    torch.manual_seed(0); random.seed(6)
+    m = timm.create_model("convnext_tiny", num_classes=1000).cuda().to(memory_format=torch.channels_last)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    for step in range(16):
+        b = random.choice([16, 32, 64, 96]); r = random.choice([160, 192, 224, 256, 288])
+        x = torch.randn(b, 3, r, r, device="cuda").to(memory_format=torch.channels_last)
+        y = torch.randint(0, 1000, (b,), device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(m(x).float(), y)
+        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+
+def bert_serve():
+    from transformers import BertConfig, BertForSequenceClassification
+    torch.manual_seed(0); random.seed(7)
+    m = BertForSequenceClassification(BertConfig()).cuda().half().eval()
+    for r in range(300):
+        b = random.choice([1, 2, 4, 8, 16, 32, 64]); n = random.choice([16, 32, 64, 128, 256, 384, 512])
+        ids = torch.randint(0, 30000, (b, n), device="cuda")
+        with torch.no_grad():
+            m(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.sum().item()
+
+def vit40():
+    sys.path.insert(0, "bench/gpu")
+    import train, torchvision
+    random.seed(0); torch.manual_seed(0); gen = torch.Generator().manual_seed(0)
+    model = torchvision.models.vit_b_16().cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    for batch in train.vit_steps(40, gen):  # as train.py's loop does it
+        torch.cuda.synchronize()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(batch[0]).float(), batch[1])
+        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize(); loss.item()
+        del loss, batch
+
 if __name__ == "__main__":
     name = sys.argv[1]
     start(); t = time.time(); globals()[name](); finish(name, sys.argv[2]); print(f"{name} took {time.time()-t:.1f}s")

@@ -11,6 +11,7 @@ constexpr std::size_t kMaxQuantum = 64 * kMiB;
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 constexpr std::size_t kLargePageRequest = 8;  // see create_paged()
+constexpr std::size_t kLargePageShare = 128;  // see create_paged()
 }  // namespace
 
 Arena::Arena(Backend& backend, PhysicalMemory& physical, BlockRecycler& recycler, const AllocatorConfig& config,
@@ -189,8 +190,12 @@ void Arena::create_paged(std::size_t bytes, std::size_t want, std::vector<Piece>
   // is lent and is given back only in whole pages. So large pages only for growth asked by a request of
   // at least kLargePageRequest of them (a large page left partly used then wastes at most an eighth of
   // such a request), the bulk in large pages and the rest in granules; the small pool keeps granules.
+  // And only once kLargePageShare of them are reserved: smaller blocks later reuse a freed request's
+  // pages, and a large page they leave partly used at the peak then costs under 1% of it (a 0.8 GB
+  // serving workload with 402 MB attention scores held 1.03x its peak live bytes in 16 MiB pages).
   const std::size_t large = small_ ? granularity_ : backend_.large_page();
-  const std::size_t bulk = want >= kLargePageRequest * large ? bytes / large * large : 0;
+  const bool large_ok = physical_.reserved() >= kLargePageShare * large;
+  const std::size_t bulk = large_ok && want >= kLargePageRequest * large ? bytes / large * large : 0;
   if (bulk == 0 || bulk == bytes) {
     out.push_back(physical_.create_chunk(bytes, small_, bulk ? large : granularity_));
     return;

@@ -1,6 +1,7 @@
-// Large pages (Backend::large_page): growth for a request of at least eight large pages takes its bulk in
-// large pages and the rest in granules; smaller growth takes granules. Memory splits, is lent (stitched)
-// and is given back only in whole pages: the sim backend refuses any map that splits one.
+// Large pages (Backend::large_page): once 128 of them are reserved, growth for a request of at least eight
+// large pages takes its bulk in large pages and the rest in granules; smaller growth takes granules, and
+// so does everything before. Memory splits, is lent (stitched) and is given back only in whole pages: the
+// sim backend refuses any map that splits one.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -21,18 +22,41 @@ std::shared_ptr<SimBackend> sim() {
 
 std::int64_t reserved(const Allocator& a) { return a.stats().reserved_bytes[kAggregatePool].current; }
 
+// Large pages start once 128 of them (2 GiB) are reserved: a block held for the whole test gets there,
+// in granules, and leaves the rest of its region (its last granule ends on a large page) to the test.
+constexpr std::size_t kBallast = 2048 * kMiB;
+void* ballast(Allocator& a, SimBackend& backend) {
+  void* p = a.allocate(kBallast, 0);
+  EXPECT_EQ(backend.call_counts().driver_creates, kBallast / (2 * kMiB)) << "granules until then";
+  return p;
+}
+
+TEST(LargePages, SmallFootprintsStayInGranules) {
+  // A large page left partly used at the peak would cost a workload of this size 8% of its memory.
+  auto backend = sim();
+  Allocator a(backend);
+  void* big = a.allocate(200 * kMiB, 0);
+  EXPECT_EQ(backend->call_counts().driver_creates, 100u);
+  EXPECT_EQ(reserved(a), std::int64_t(200 * kMiB));
+  a.deallocate(big, 0);
+  a.check_invariants();
+}
+
 TEST(LargePages, BigRequestsGrowInLargePagesTheRestInGranules) {
   auto backend = sim();
   Allocator a(backend);
+  void* hold = ballast(a, *backend);
+  const auto base = backend->call_counts();
   void* big = a.allocate(200 * kMiB, 0);  // 12 pages of 16 MiB + 4 granules
-  EXPECT_EQ(backend->call_counts().driver_creates, 16u);
-  EXPECT_EQ(backend->call_counts().driver_maps, 16u);
-  EXPECT_EQ(backend->call_counts().access_sets, 1u);
-  EXPECT_EQ(reserved(a), std::int64_t(200 * kMiB));
+  EXPECT_EQ(backend->call_counts().driver_creates - base.driver_creates, 16u);
+  EXPECT_EQ(backend->call_counts().driver_maps - base.driver_maps, 16u);
+  EXPECT_EQ(backend->call_counts().access_sets - base.access_sets, 1u);
+  EXPECT_EQ(reserved(a), std::int64_t(kBallast + 200 * kMiB));
   void* mid = a.allocate(100 * kMiB, 0);  // under eight large pages: granules only
-  EXPECT_EQ(backend->call_counts().driver_creates, 16u + 50u);
+  EXPECT_EQ(backend->call_counts().driver_creates - base.driver_creates, 16u + 50u);
   a.deallocate(mid, 0);
   a.deallocate(big, 0);
+  a.deallocate(hold, 0);
   a.check_invariants();
 }
 
@@ -43,8 +67,10 @@ std::size_t pages_under(std::size_t at, std::size_t bytes) {
   return page_end(at + bytes - 1) - page_start(at);
 }
 
-// big (200 MiB) freed, then x (10 MiB) placed somewhere in its memory: returns x's offset in it.
-std::size_t reuse_part(Allocator& a, void** x, void** pin) {
+// big (200 MiB, after the ballast) freed, then x (10 MiB) placed somewhere in its memory: returns x's
+// offset in it.
+std::size_t reuse_part(Allocator& a, SimBackend& backend, void** x, void** pin) {
+  ballast(a, backend);  // held until the allocator goes
   void* big = a.allocate(200 * kMiB, 0);
   if (pin) *pin = a.allocate(4 * kMiB, 0);  // after big: the region cannot grow in place
   a.deallocate(big, 0);
@@ -58,21 +84,22 @@ TEST(LargePages, EmptyCacheGivesBackWholeLargePagesOnly) {
   auto backend = sim();
   Allocator a(backend);
   void* x = nullptr;
-  const std::size_t at = reuse_part(a, &x, nullptr);
+  const std::size_t at = reuse_part(a, *backend, &x, nullptr);
   a.empty_cache();
   const std::size_t kept = pages_under(at, 10 * kMiB);
-  EXPECT_EQ(reserved(a), std::int64_t(kept)) << "the pages under x stay, all the others go";
-  EXPECT_EQ(backend->used_bytes(), kept);
+  EXPECT_EQ(reserved(a), std::int64_t(kBallast + kept)) << "the pages under x stay, all the others go";
+  EXPECT_EQ(backend->used_bytes(), kBallast + kept);
   EXPECT_LT(kept, 32 * kMiB);
   a.check_invariants();
   a.deallocate(x, 0);
   a.empty_cache();
-  EXPECT_EQ(backend->used_bytes(), 0u);
+  EXPECT_EQ(backend->used_bytes(), kBallast);
 }
 
 TEST(LargePages, StitchingLendsWholePagesOnly) {
   // 195 MiB fit in no free block once x sits in big's memory; what can be lent is big's pages not under
-  // x, so the device needs exactly 204 MiB + what lending cannot cover (the free part of x's pages).
+  // x, so the device needs exactly the ballast, 204 MiB and what lending cannot cover (the free part of
+  // x's pages).
   auto run = [](std::size_t spare_bytes, bool share = false) {
     SimBackendOptions o;
     o.granularity = 2 * kMiB;
@@ -81,12 +108,13 @@ TEST(LargePages, StitchingLendsWholePagesOnly) {
     Allocator p(probe);
     void* x = nullptr;
     void* pin = nullptr;
-    const std::size_t lendable = 200 * kMiB - pages_under(reuse_part(p, &x, &pin), 10 * kMiB);
-    o.capacity = 204 * kMiB + (196 * kMiB - lendable) - spare_bytes;
+    const std::size_t lendable = 200 * kMiB - pages_under(reuse_part(p, *probe, &x, &pin), 10 * kMiB);
+    o.capacity = kBallast + 204 * kMiB + (196 * kMiB - lendable) - spare_bytes;
     AllocatorConfig config;
     config.share_part_pages = share;
-    Allocator a(std::make_shared<SimBackend>(o), config);
-    reuse_part(a, &x, &pin);
+    auto backend = std::make_shared<SimBackend>(o);
+    Allocator a(backend, config);
+    reuse_part(a, *backend, &x, &pin);
     try {
       a.allocate(195 * kMiB, 0);
     } catch (const OutOfMemoryError&) {
