@@ -1,8 +1,13 @@
 #include "exporter/server.hpp"
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <thread>
 
 namespace gpumem::exporter {
@@ -91,6 +96,32 @@ MetricsServer::MetricsServer(Sampler& sampler, ServerOptions options)
 
 MetricsServer::~MetricsServer() { stop(); }
 
+namespace {
+// cpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, fixed inside Debian's compiled
+// library): a burst of scrapers (several Prometheus replicas, a dashboard reloading) then loses SYNs and
+// waits seconds for retransmits. listen() again on the listening socket widens its queue; the socket is
+// the one of this process that listens on `port`.
+void widen_backlog(int port) noexcept {
+  DIR* fds = opendir("/proc/self/fd");
+  if (!fds) return;
+  while (dirent* e = readdir(fds)) {
+    const int fd = std::atoi(e->d_name);
+    if (fd <= 2 || fd == dirfd(fds)) continue;
+    int listening = 0;
+    socklen_t len = sizeof listening;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
+    sockaddr_storage addr{};
+    len = sizeof addr;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) continue;
+    int bound = -1;
+    if (addr.ss_family == AF_INET) bound = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    if (addr.ss_family == AF_INET6) bound = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+    if (bound == port) ::listen(fd, SOMAXCONN);
+  }
+  closedir(fds);
+}
+}  // namespace
+
 int MetricsServer::bind() {
   int port = options_.port;
   if (port == 0) port = http_->bind_to_any_port(options_.host);
@@ -98,6 +129,7 @@ int MetricsServer::bind() {
   if (port <= 0)
     throw ServerError("cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
                       " (address in use, not local, or not permitted).");
+  widen_backlog(port);
   return port;
 }
 
