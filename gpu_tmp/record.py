@@ -1,4 +1,8 @@
-"""Records new allocation workloads natively with _record_memory_history and writes gpumem-trace files."""
+"""Records new allocation workloads natively with _record_memory_history and writes gpumem-trace files.
+
+Usage (on the GPU machine): python3 gpu_tmp/record.py NAME OUT.jsonl.gz, NAME one of the functions below
+(gpt2_generate, pipeline3, detection, gpt2_beam, llama_gqa, t5_beam, convnext_varres, bert_serve, vit40).
+Prints PyTorch's own peak reserved / allocated / requested bytes and segment count beside the event count."""
 import gzip, json, sys, time, random, os
 import torch
 
@@ -76,15 +80,19 @@ def detection():
                "labels": torch.tensor([1, 2], device="cuda")} for _ in range(n)]
         loss = sum(m(imgs, tg).values()); loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
 
+def generate_rounds(m, batches, prompts, news, vocab, **kw):
+    """Six `generate` calls, each of a batch, prompt length and new-token count drawn from the lists."""
+    for r in range(6):
+        b = random.choice(batches); p = random.choice(prompts); new = random.choice(news)
+        ids = torch.randint(0, vocab, (b, p), device="cuda")
+        with torch.no_grad():
+            m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new, pad_token_id=0, **kw)
+
 def gpt2_beam():
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(0); random.seed(3)
     m = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12)).cuda().half().eval()
-    for r in range(6):
-        b = random.choice([1, 2, 4, 8]); p = random.choice([32, 100, 256]); new = random.choice([40, 96])
-        ids = torch.randint(0, 50000, (b, p), device="cuda")
-        with torch.no_grad():
-            m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new, num_beams=4, pad_token_id=0)
+    generate_rounds(m, [1, 2, 4, 8], [32, 100, 256], [40, 96], 50000, num_beams=4)
 
 def llama_gqa():
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -92,22 +100,14 @@ def llama_gqa():
     cfg = LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=12, num_attention_heads=16,
                       num_key_value_heads=4, vocab_size=32000, max_position_embeddings=4096)
     m = LlamaForCausalLM(cfg).cuda().to(torch.bfloat16).eval()
-    for r in range(6):
-        b = random.choice([1, 4, 8, 16, 24]); p = random.choice([64, 200, 512, 1000]); new = random.choice([48, 128, 200])
-        ids = torch.randint(0, 32000, (b, p), device="cuda")
-        with torch.no_grad():
-            m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new, do_sample=True, pad_token_id=0)
+    generate_rounds(m, [1, 4, 8, 16, 24], [64, 200, 512, 1000], [48, 128, 200], 32000, do_sample=True)
 
 def t5_beam():
     from transformers import T5Config, T5ForConditionalGeneration
     torch.manual_seed(0); random.seed(5)
     m = T5ForConditionalGeneration(T5Config(d_model=768, d_ff=3072, num_layers=12, num_heads=12, vocab_size=32128,
                                             decoder_start_token_id=0)).cuda().to(torch.bfloat16).eval()
-    for r in range(6):
-        b = random.choice([2, 4, 8, 16]); p = random.choice([64, 200, 512]); new = random.choice([32, 80])
-        ids = torch.randint(0, 32000, (b, p), device="cuda")
-        with torch.no_grad():
-            m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new, num_beams=3, pad_token_id=0)
+    generate_rounds(m, [2, 4, 8, 16], [64, 200, 512], [32, 80], 32000, num_beams=3)
 
 def convnext_varres():
     import timm
