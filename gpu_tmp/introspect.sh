@@ -59,5 +59,5 @@ print(torch.cuda.memory_summary()[:3000])
 PY
 cp /tmp/native_snapshot.pickle $OUT/ 2>/dev/null
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-for w in gpt2_generate pipeline3 detection; do timeout 150 python3 record.py $w $OUT/$w.jsonl.gz 2>&1 | grep -v Warning | tail -4; done
+for w in gpt2_generate pipeline3 detection; do timeout 150 python3 ../bench/gpu/record_workloads.py $w $OUT/$w.jsonl.gz 2>&1 | grep -v Warning | tail -4; done
 ls -la $OUT

@@ -64,7 +64,7 @@ TEST_P(TraceBound, PeakReservedAndMinCapacityStayWithinTheBound) {
 // gpt2_sample: bench/gpu/generate_more.py's top-k sampling (H100, 2026-11-23, through its peak), a workload
 // the engine was not tuned on: 2.93 MiB KV tensors (1.47 pages) left between holes each strand a part-page,
 // 1.0366 at the peak and 1.0218x to complete: a miss, held here.
-// Recorded natively by gpu_tmp/record.py on the H100 on 2026-11-23, workloads the engine was not tuned on:
+// Recorded natively by bench/gpu/record_workloads.py on the H100 on 2026-11-23, workloads the engine was not tuned on:
 // bert_serve (BERT-base inference, 300 requests of batch 1..64 x length 16..512: 1.0307 and 1.0437x to
 // complete in 16 MiB pages, 1.0048 since small workloads keep granules), convnext_varres (timm ConvNeXt-T
 // training at resolutions 160..288), llama_gqa (HF Llama, 12 layers, d 2048, 16/4 heads, sampling),

@@ -1,7 +1,8 @@
 """Records new allocation workloads natively with _record_memory_history and writes gpumem-trace files.
 
-Usage (on the GPU machine): python3 gpu_tmp/record.py NAME OUT.jsonl.gz, NAME one of the functions below
-(gpt2_generate, pipeline3, detection, gpt2_beam, llama_gqa, t5_beam, convnext_varres, bert_serve, vit40).
+Usage (on the GPU machine): python3 bench/gpu/record_workloads.py NAME OUT.jsonl.gz, NAME one of the
+functions below (gpt2_generate, pipeline3, detection, gpt2_beam, llama_gqa, t5_beam, convnext_varres,
+bert_serve, vit40).
 Prints PyTorch's own peak reserved / allocated / requested bytes and segment count beside the event count."""
 import gzip, json, sys, time, random, os
 import torch
@@ -133,7 +134,7 @@ def bert_serve():
             m(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.sum().item()
 
 def vit40():
-    sys.path.insert(0, "bench/gpu")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import train, torchvision
     random.seed(0); torch.manual_seed(0); gen = torch.Generator().manual_seed(0)
     model = torchvision.models.vit_b_16().cuda()
