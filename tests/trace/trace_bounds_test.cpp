@@ -64,12 +64,13 @@ TEST_P(TraceBound, PeakReservedAndMinCapacityStayWithinTheBound) {
 // gpt2_sample: bench/gpu/generate_more.py's top-k sampling (H100, 2026-11-23, through its peak), a workload
 // the engine was not tuned on: 2.93 MiB KV tensors (1.47 pages) left between holes each strand a part-page,
 // 1.0366 at the peak and 1.0218x to complete: a miss, held here.
-// Recorded natively by bench/gpu/record_workloads.py on the H100 on 2026-11-23, workloads the engine was not tuned on:
-// bert_serve (BERT-base inference, 300 requests of batch 1..64 x length 16..512: 1.0307 and 1.0437x to
-// complete in 16 MiB pages, 1.0048 since small workloads keep granules), convnext_varres (timm ConvNeXt-T
-// training at resolutions 160..288), llama_gqa (HF Llama, 12 layers, d 2048, 16/4 heads, sampling),
-// gpt2_beam (beam search, 4 beams) and t5_beam (T5 encoder-decoder, 3 beams): 1.0142 at the peak and
-// 1.0114x to complete, a miss held here (part-granules beside the beams' cache tensors, as gpt2_sample).
+// Recorded natively by bench/gpu/record_workloads.py on the H100 on 2026-11-23, workloads the engine was
+// not tuned on: bert_serve (BERT-base inference, 300 requests of batch 1..64 x length 16..512: 1.0307 and
+// 1.0437x to complete in 16 MiB pages, 1.0048 since small workloads keep granules), convnext_varres (timm
+// ConvNeXt-T training at resolutions 160..288), llama_gqa (HF Llama, 12 layers, d 2048, 16/4 heads,
+// sampling), gpt2_beam (beam search, 4 beams) and t5_beam (T5 encoder-decoder, 3 beams): 1.0142 at the
+// peak and 1.0114x to complete, a miss held here (part-granules beside the beams' cache tensors, as
+// gpt2_sample).
 INSTANTIATE_TEST_SUITE_P(
     Traces, TraceBound,
     ::testing::Values(Bound{"transformer_varlen.jsonl.gz", false, 1.01}, Bound{"resnet_varbatch.jsonl.gz", false, 1.01},
