@@ -218,6 +218,8 @@ void Allocator::reset_peak_stats() {
   for (std::size_t i = 0; i < n; ++i) {
     StreamPool* p = impl_->pool_at(i);
     std::lock_guard lock(p->lock());
+    p->publish_stats();  // the shared totals are then current, and so are the peaks reset from them
+    p->lock().publish_at_once();
     p->reset_peaks();
   }
   impl_->shared_stats.for_each([](engine::SharedSplit& s) { s.reset_peak(); });

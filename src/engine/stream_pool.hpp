@@ -22,13 +22,18 @@ class StreamPool;
 // A pool's lock. Releasing it publishes what the pool's statistics changed while it was held
 // (PoolStats::publish): one place for every operation that changes them. After finding the shared
 // totals busy (other threads publishing) it lets a few operations pass before it tries again, so busy
-// threads do not all wait on one cache line; one thread alone always publishes at once.
+// threads do not all wait on one cache line; one thread alone publishes at once (after the few skips
+// the last contention left, which publish_at_once() drops).
 class PoolLock {
  public:
   explicit PoolLock(StreamPool& pool) noexcept : pool_(pool) {}
   void lock() noexcept { spin_.lock(); }
   bool try_lock() noexcept { return spin_.try_lock(); }
   void unlock() noexcept;
+  // Publishes at the next unlock whatever contention was seen before (held lock required): once the
+  // threads that contended are gone, their leftover skips would otherwise delay a lone thread's changes
+  // and make the shared peaks miss them (Allocator::reset_peak_stats starts a new window with it).
+  void publish_at_once() noexcept { skip_ = 0; }
 
  private:
   StreamPool& pool_;
