@@ -332,7 +332,9 @@ int run_top(const TopOptions& o) {
       default: break;
     }
   }
-  if (collector->stalled_for().count() > 0) collector.release();  // stuck in NVML: do not wait at exit
+  // A sample still stuck in NVML after the grace period: leak the collector rather than wait for ever
+  // (its thread ends once the driver answers; it never samples again).
+  if (!collector->stop_within(std::chrono::milliseconds(1000))) collector.release();
   return quit ? 0 : 130;
 }
 

@@ -153,7 +153,18 @@ TopCollector::~TopCollector() {
     stop_ = true;
   }
   cv_.notify_all();
-  thread_.join();  // the caller leaks a collector whose sample is stuck in NVML rather than wait
+  if (thread_.joinable()) thread_.join();  // the caller leaks a collector stop_within() could not stop
+}
+
+bool TopCollector::stop_within(std::chrono::milliseconds grace) {
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    stop_ = true;
+    cv_.notify_all();
+    if (!cv_.wait_for(lock, grace, [this] { return ended_; })) return false;
+  }
+  thread_.join();
+  return true;
 }
 
 std::shared_ptr<const TopData> TopCollector::latest() const {
@@ -183,7 +194,11 @@ void TopCollector::run() {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       cv_.wait_for(lock, period_, [this] { return stop_ || wake_; });
-      if (stop_) return;
+      if (stop_) {
+        ended_ = true;
+        cv_.notify_all();
+        return;
+      }
       wake_ = false;
       prev = latest_;
     }

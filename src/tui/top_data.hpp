@@ -79,6 +79,10 @@ class TopCollector {
   // How long the sample in progress has been running; zero when none is overdue.
   std::chrono::milliseconds stalled_for() const;
   void refresh_now();  // after an action: sample again without waiting for the period
+  // Asks the sampling thread to stop and waits up to `grace` for it to end. False when its sample is
+  // still inside the driver: the caller then leaks the collector (its thread ends after that sample and
+  // takes no other), as joining could wait for ever.
+  bool stop_within(std::chrono::milliseconds grace);
 
  private:
   void run();
@@ -89,7 +93,7 @@ class TopCollector {
   std::condition_variable cv_;
   std::shared_ptr<const TopData> latest_;
   std::atomic<long long> sample_started_ns_{0};  // steady clock; 0 when idle
-  bool stop_ = false, wake_ = false;
+  bool stop_ = false, wake_ = false, ended_ = false;
   std::thread thread_;
 };
 

@@ -177,7 +177,7 @@ TEST(TopTmux, GpuThatStopsAnsweringKeepsTheScreenLive) {
   unlink(hang.c_str());
   EXPECT_TRUE(t.wait_for("q quit")) << t.capture();
   t.keys("q");
-  EXPECT_EQ(t.wait_exit(), 0);
+  EXPECT_EQ(t.wait_exit(), 0) << t.capture();  // the pane shows what a non-zero status said
   EXPECT_TRUE(t.terminal_restored());
 }
 
