@@ -11,9 +11,10 @@
 #                                    --limit 1.02x peak live (transformer LM, ResNet-50)  6 two processes with a
 #                                    limit each on one GPU  7 scripts/gpu-check-monitor.sh if present;
 #                                    10 PyTorch memory checks native vs gpumem  11 torch.empty host cost;
+#                                    14 data-integrity fuzz (bench/gpu/integrity_fuzz.py), native / gpumem / limit;
 #                                    logs to $OUT (default ./gpu-check-out), a short table last.
 # Through the device tool: run(command="bash scripts/gpu-check.sh", carry=[".device/gpu", ".device/mon"]).
-# GPU_CHECK_PARTS picks parts (default all, ~20 min): "tools" (1-4b, 12, 13), "train" (5), "procs" (6, 7, 9),
+# GPU_CHECK_PARTS picks parts (default all, ~20 min): "tools" (1-4b, 12-14), "train" (5), "procs" (6, 7, 9),
 # "torch" (10, 11), "samples" (8); the device tool's 10-minute calls run it whole as
 # GPU_CHECK_PARTS="tools procs samples", then "train", then "torch".
 # Exit: 0 every step passed, 1 a step failed or missed its target, 2 an unknown part in GPU_CHECK_PARTS.
@@ -108,6 +109,12 @@ step "4b snapshot -> _memory_viz, gpumem" 120 "$BIN/gpumem" run -- python3 bench
 
 # 12 CUDA graphs and memory pools, bit for bit, natively and under gpumem (scripts/gpu-graph-check.sh).
 step "12 CUDA graphs and pools: native vs gpumem" 300 env BIN="$BIN" OUT="$RES" bash scripts/gpu-graph-check.sh
+# 14 data integrity: random tensors on 3 streams under queued work, record_stream, empty_cache; every byte
+# checked. Natively (the control), under gpumem, and under a limit that forces stitching and OOM recovery.
+step "14 integrity fuzz: native" 240 python3 bench/gpu/integrity_fuzz.py --json "$RES/fuzz_native.json"
+step "14 integrity fuzz: gpumem" 240 "$BIN/gpumem" run -- python3 bench/gpu/integrity_fuzz.py --json "$RES/fuzz_gpumem.json"
+step "14 integrity fuzz: gpumem --limit 1800MiB" 240 "$BIN/gpumem" run --limit 1800MiB -- \
+  python3 bench/gpu/integrity_fuzz.py --seed 2 --json "$RES/fuzz_limit.json"
 step "13 control channel (clear, limit, snapshot, stop, cooperative)" 480 python3 bench/gpu/control_check.py "$BIN/gpumem"
 fi
 if want train && [[ "${GPU_CHECK_TRAIN:-1}" != 0 ]]; then
