@@ -94,8 +94,10 @@ def main():
                 with torch.cuda.stream(streams[s]):
                     t = torch.empty(n, dtype=torch.uint8, device="cuda")
                     t.fill_(value)
-            except torch.cuda.OutOfMemoryError:
+            except torch.cuda.OutOfMemoryError as e:
                 counts["ooms"] += 1
+                if counts["ooms"] <= 3:  # what the allocator said, for a look at its state then
+                    print(f"integrity_fuzz: step {step}: {str(e)[:600]}", file=sys.stderr)
                 for key in rng.sample(list(live), max(1, len(live) // 3)) if live else []:
                     drop(key)
                 continue

@@ -18,7 +18,9 @@ struct Recorder final : AllocatorObserver {
   void on_event(const MemoryEvent& e) noexcept override;
   std::mutex mutex;
   std::unique_ptr<trace::TraceWriter> writer;
-  std::unordered_map<DevicePtr, std::size_t> live;  // address -> requested size, for `free` events
+  // address -> requested size, for `free` and `free_completed` events; kept from the alloc to the
+  // free_completed (the address is not handed out again before it).
+  std::unordered_map<DevicePtr, std::size_t> live;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 };
 
@@ -52,7 +54,7 @@ void record(trace::Op op, DevicePtr ptr, std::size_t size, StreamId stream) noex
       auto it = r.live.find(ptr);
       if (it == r.live.end()) return;  // allocated before recording started
       size = it->second;
-      r.live.erase(it);
+      if (op == trace::Op::free_completed) r.live.erase(it);
     }
     trace::Event e;
     e.t = now_us(r);
@@ -72,6 +74,9 @@ void Recorder::on_event(const MemoryEvent& e) noexcept {
   // A zero-byte request gets no memory and no event: nothing to replay.
   if (e.kind == EventKind::alloc) record(trace::Op::alloc, e.addr, e.requested, e.stream);
   else if (e.kind == EventKind::free_requested) record(trace::Op::free, e.addr, 0, e.stream);
+  // When the block became reusable: later than its free where another stream still used it (record_stream),
+  // so a replay holds it as long as the program's allocator had to.
+  else if (e.kind == EventKind::free_completed) record(trace::Op::free_completed, e.addr, 0, e.stream);
 }
 
 void stop_at_exit() {
