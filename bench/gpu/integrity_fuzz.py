@@ -2,7 +2,7 @@
 
 An allocator that reuses, lends (stitches), shares or unmaps memory too early corrupts data silently, and
 only when kernels are still queued. This program makes that likely: each stream runs a spin kernel
-(torch.cuda._sleep) before most operations, tensors of 512 B to 256 MiB are filled with their own value,
+(torch.cuda._sleep) before most operations, tensors of 512 B to 512 MiB are filled with their own value,
 read on other streams (record_stream) and freed while that work is queued, empty_cache() runs now and then,
 and under a limit (gpumem run --limit) out-of-memory errors are caught, answered by freeing, and counted.
 A read on another stream records, on that stream, whether it saw the right value; every live tensor is
@@ -27,7 +27,7 @@ def size_of(rng):
         return rng.randint(1, 2048) * 512  # small pool: up to 1 MiB
     if kind < 0.85:
         return rng.randint(2048, 48 * 2048) * 512  # 1-48 MiB: part-pages, stitching
-    return rng.randint(48 * 2048, 512 * 2048) * 512  # 48-256 MiB: large pages
+    return rng.randint(48 * 2048, 512 * 2048) * 512  # 48-512 MiB: large pages
 
 
 def same(t, value):
@@ -138,6 +138,7 @@ def main():
         else:
             torch.cuda.empty_cache()
             counts["empty_cache"] += 1
+        t = None  # a dropped tensor must not live on in this name (the live-bytes cap counts on it)
         if step % args.check_every == args.check_every - 1:
             check_all(f"step {step}")
     check_all("end")
