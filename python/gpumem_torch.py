@@ -528,7 +528,8 @@ def install_on_torch_import():
 
 
 _REPORT_KEYS = {"peak_allocated": "allocated_bytes.all.peak", "peak_reserved": "reserved_bytes.all.peak",
-                "peak_requested": "requested_bytes.all.peak", "num_ooms": "num_ooms",
+                "peak_requested": "requested_bytes.all.peak", "peak_active": "active_bytes.all.peak",
+                "num_ooms": "num_ooms",
                 "num_device_alloc": "num_device_alloc", "num_device_free": "num_device_free"}
 
 

@@ -55,6 +55,15 @@ void print_summary(const nlohmann::json& reports) {
       std::fprintf(stderr, "gpumem run: pid %lld device %s: peak live %s, peak reserved %s (%.3fx), %lld OOMs\n",
                    r.value("pid", 0LL), device.c_str(), format_bytes(live).c_str(), format_bytes(reserved).c_str(),
                    live ? double(reserved) / double(live) : 0.0, d.value("num_ooms", 0LL));
+      // Blocks the program freed while another stream still used them (record_stream) are held until that
+      // work is done: memory in use that "live" does not count. Said where it explains the ratio above.
+      const auto allocated = d.value("peak_allocated", std::uint64_t(0));
+      const auto active = d.value("peak_active", std::uint64_t(0));
+      if (allocated && active > allocated + allocated / 100)
+        std::fprintf(stderr,
+                     "gpumem run: pid %lld device %s: freed blocks that other streams still used kept up to %s "
+                     "in use (peak reserved %.3fx that)\n",
+                     r.value("pid", 0LL), device.c_str(), format_bytes(active).c_str(), double(reserved) / double(active));
     }
   }
 }

@@ -180,6 +180,7 @@ class GpumemRun(unittest.TestCase):
         self.assertEqual(len(devices), 1, report)
         self.assertEqual(devices[0]["peak_requested"], 17 << 20)
         self.assertGreaterEqual(devices[0]["peak_reserved"], 17 << 20)
+        self.assertEqual(devices[0]["peak_active"], devices[0]["peak_allocated"])  # one stream: none held
 
     def test_limit_breach_exits_with_status_3(self):
         r, report = self.run_gpumem("--limit", "16MiB", program_args=("1", "12"))
