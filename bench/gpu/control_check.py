@@ -50,6 +50,8 @@ def gpumem(*args):
     r = subprocess.run([GPUMEM, *map(str, args), "--json"], capture_output=True, text=True, timeout=120)
     ms = (time.perf_counter() - t) * 1e3
     print(f"   $ gpumem {' '.join(map(str, args))} --json -> exit {r.returncode}, {ms:.1f} ms", flush=True)
+    if r.returncode != 0:
+        print(f"     stderr: {r.stderr.strip()[:400]}", flush=True)
     return r.returncode, (json.loads(r.stdout) if r.stdout.strip() else None), ms
 
 

@@ -123,7 +123,8 @@ Allocator& create(int device) {
   if (fraction) allocator->set_memory_fraction(*fraction);
   if (!key.empty() && cooperative_enabled())
     allocator->set_release_others_hook([key](std::size_t) {
-      return control::ask_others_to_release(key, std::chrono::milliseconds(1000)) > 0;
+      // Up to 3 s each: giving back tens of GiB takes a process about a second (~40 us a page).
+      return control::ask_others_to_release(key, std::chrono::milliseconds(3000)) > 0;
     });
   r.device_keys[std::size_t(device)] = key;
   Allocator* raw = allocator.release();

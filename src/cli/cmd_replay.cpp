@@ -239,8 +239,8 @@ CommandRunner setup_replay(CLI::App& sub) {
                              "(default 1TiB: effectively unbounded). An allocation that fails even after the "
                              "allocator released its cache is reported and the exit status is 3.");
   args->page_option = sub.add_option("--page", args->page,
-                 "Large page of the simulated device: once 128 of them are reserved, growth for requests of 8 "
-                 "or more of them is made of such pages, the rest of 2 MiB granules, as the CUDA backend does "
+                 "Large page of the simulated device: past the first 128 of them reserved, growth for requests "
+                 "of 8 or more of them is made of such pages, the rest of 2 MiB granules, as the CUDA backend does "
                  "(default 16MiB); "
                  "below 2MiB it is the granule too");
   sub.add_flag("--json", args->json, "Print one JSON object (keys: events, peak_requested, peak_reserved, ratio, "

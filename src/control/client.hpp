@@ -4,7 +4,9 @@
 // Contract:
 //  - list_processes() finds the live gpumem processes whose sockets we can see: our own user's, and as
 //    root every user's. Stale sockets (process gone) are removed when we own them, never reported.
-//  - Every call on a pid connects, sends one request and waits at most `timeout` (default 2 s).
+//  - Every call on a pid connects, sends one request and waits at most `timeout`: by default 2 s, and
+//    10 s for the calls that give memory back first (clear, limit, stop, release), which take ~40 us
+//    per physical page (a second for tens of GiB in 2 MiB pages).
 //  - Failures throw ControlError whose kind tells why, with one sentence in what():
 //      not_gpumem   the process exists but has no gpumem control socket (not gpumem, or GPUMEM_CONTROL=0)
 //      other_user   the process (or its socket) belongs to another user
@@ -31,6 +33,7 @@
 namespace gpumem::control {
 
 inline constexpr std::chrono::milliseconds kDefaultTimeout{2000};
+inline constexpr std::chrono::milliseconds kReleaseTimeout{10000};
 
 enum class FailureKind { not_gpumem, other_user, no_answer, gone, refused };
 
@@ -85,13 +88,13 @@ struct LimitAnswer {
 std::vector<ProcessRef> list_processes(bool every_user = false);
 
 ProcessReport stats(int pid, std::chrono::milliseconds timeout = kDefaultTimeout);
-std::int64_t clear(int pid, std::chrono::milliseconds timeout = kDefaultTimeout);  // bytes given back
+std::int64_t clear(int pid, std::chrono::milliseconds timeout = kReleaseTimeout);  // bytes given back
 void reset_peaks(int pid, std::chrono::milliseconds timeout = kDefaultTimeout);
-LimitAnswer limit_bytes(int pid, int device, std::uint64_t bytes, std::chrono::milliseconds timeout = kDefaultTimeout);
+LimitAnswer limit_bytes(int pid, int device, std::uint64_t bytes, std::chrono::milliseconds timeout = kReleaseTimeout);
 LimitAnswer limit_fraction(int pid, int device, double fraction,
-                           std::chrono::milliseconds timeout = kDefaultTimeout);
-std::int64_t stop(int pid, std::chrono::milliseconds timeout = kDefaultTimeout);  // cache bytes released
-std::int64_t release(int pid, const std::string& device_key, std::chrono::milliseconds timeout = kDefaultTimeout);
+                           std::chrono::milliseconds timeout = kReleaseTimeout);
+std::int64_t stop(int pid, std::chrono::milliseconds timeout = kReleaseTimeout);  // cache bytes released
+std::int64_t release(int pid, const std::string& device_key, std::chrono::milliseconds timeout = kReleaseTimeout);
 
 // The process's memory snapshot (PyTorch's _snapshot() pickle, or gpumem's JSON), handed to `sink` chunk by
 // chunk as it arrives, so it is never whole in memory here either; `device`: that device only. `timeout`
