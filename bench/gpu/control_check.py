@@ -121,8 +121,10 @@ if ready:
     after, reserved_after = smi_and_reserved()
     released_mib = cleared[0]["released_bytes"] >> 20 if rc == 0 else 0
     drift = abs((after - reserved_after) - (before - reserved_before))
+    # The 4 GiB probe may be live at the moment of the clear (taken from the cached 8 GiB): then 4 GiB
+    # stay, and the model's few hundred MiB.
     check("clear gives the cache back (nvidia-smi follows gpumem's reserved bytes)",
-          rc == 0 and released_mib >= 7 * 1024 and drift <= 256,
+          rc == 0 and released_mib >= reserved_before - 4096 - 512 and drift <= 256,
           f"released {released_mib} MiB; nvidia-smi {before} -> {after} MiB while gpumem reserved "
           f"{reserved_before} -> {reserved_after} MiB (beyond it: {before - reserved_before} -> {after - reserved_after} MiB)")
     # 2 limit: below live + probe, the next probe fails in that process; removing it lets probes succeed again.
