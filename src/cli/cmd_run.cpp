@@ -63,7 +63,8 @@ void print_summary(const nlohmann::json& reports) {
         std::fprintf(stderr,
                      "gpumem run: pid %lld device %s: freed blocks that other streams still used kept up to %s "
                      "in use (peak reserved %.3fx that)\n",
-                     r.value("pid", 0LL), device.c_str(), format_bytes(active).c_str(), double(reserved) / double(active));
+                     r.value("pid", 0LL), device.c_str(), format_bytes(active).c_str(),
+                     double(reserved) / double(active));
     }
   }
 }

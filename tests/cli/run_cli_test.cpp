@@ -133,7 +133,8 @@ TEST_F(RunCli, SummaryNamesMemoryHeldForOtherStreams) {
       "1048576000, \"peak_active\": 1258291200, \"peak_reserved\": 1283457024, \"num_ooms\": 0}}}' > "
       "\"$GPUMEM_REPORT_DIR/report-11.json\"; "
       "echo '{\"pid\": 12, \"devices\": {\"0\": {\"peak_requested\": 1048576, \"peak_allocated\": 1048576, "
-      "\"peak_active\": 1048576, \"peak_reserved\": 2097152, \"num_ooms\": 1}}}' > \"$GPUMEM_REPORT_DIR/report-12.json\"";
+      "\"peak_active\": 1048576, \"peak_reserved\": 2097152, \"num_ooms\": 1}}}' > "
+      "\"$GPUMEM_REPORT_DIR/report-12.json\"";
   const auto r = run_gpumem({"run", "--", "sh", "-c", write_reports}, {});
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("pid 11 device 0: peak live 1000.00 MiB, peak reserved 1.20 GiB (1.224x), 0 OOMs"),
@@ -141,8 +142,8 @@ TEST_F(RunCli, SummaryNamesMemoryHeldForOtherStreams) {
   EXPECT_NE(r.err.find("pid 11 device 0: freed blocks that other streams still used kept up to 1.17 GiB in use "
                        "(peak reserved 1.020x that)"),
             std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("pid 12 device 0: peak live 1.00 MiB, peak reserved 2.00 MiB (2.000x), 1 OOMs"), std::string::npos)
-      << r.err;
+  EXPECT_NE(r.err.find("pid 12 device 0: peak live 1.00 MiB, peak reserved 2.00 MiB (2.000x), 1 OOMs"),
+            std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("pid 12 device 0: freed blocks"), std::string::npos) << r.err;  // none held: no line
 }
 

@@ -1,7 +1,8 @@
 // Large pages (Backend::large_page): once 128 of them are reserved, growth for a request of at least eight
 // large pages takes its bulk in large pages and the rest in granules; smaller growth takes granules, and
-// so does everything before (a growth that crosses the mark: its part past it in large pages). Memory splits, is lent (stitched) and is given back only in whole pages: the
-// sim backend refuses any map that splits one.
+// so does everything before (a growth that crosses the mark: its part past it in large pages). Memory
+// splits, is lent (stitched) and is given back only in whole pages: the sim backend refuses any map that
+// splits one.
 #include <gtest/gtest.h>
 
 #include <memory>
