@@ -190,15 +190,14 @@ void Arena::create_paged(std::size_t bytes, std::size_t want, std::vector<Piece>
   // is lent and is given back only in whole pages. So large pages only for growth asked by a request of
   // at least kLargePageRequest of them (a large page left partly used then wastes at most an eighth of
   // such a request), the bulk in large pages and the rest in granules; the small pool keeps granules.
-  // And only once kLargePageShare of them are reserved: smaller blocks later reuse a freed request's
-  // pages, and a large page they leave partly used at the peak then costs under 1% of it (a 0.8 GB
-  // serving workload with 402 MB attention scores held 1.03x its peak live bytes in 16 MiB pages).
-  // A growth that crosses that mark takes large pages for its part past it: one first request of tens of
-  // GiB (a preallocated KV cache, a process holding memory for another) is otherwise ~40 us of driver
-  // calls per 2 MiB, a second per 48 GiB to map and again to give back.
+  // And only for what lies past the first kLargePageShare of them reserved: smaller blocks later reuse a
+  // freed request's pages, and a large page they leave partly used at the peak then costs under 1% of it
+  // (a 0.8 GB serving workload with 402 MB attention scores held 1.03x its peak live bytes in 16 MiB
+  // pages). A growth that crosses the mark takes large pages for its part past it: one first request of
+  // 48 GiB in granules is ~1 s of driver calls to map, and again to give back.
   const std::size_t large = small_ ? granularity_ : backend_.large_page();
-  const std::size_t share = kLargePageShare * large, reserved = physical_.reserved();
-  const std::size_t past_share = reserved >= share ? bytes : reserved + bytes > share ? reserved + bytes - share : 0;
+  const std::size_t share = kLargePageShare * large, after = physical_.reserved() + bytes;
+  const std::size_t past_share = after > share ? std::min(bytes, after - share) : 0;
   const std::size_t bulk = want >= kLargePageRequest * large ? past_share / large * large : 0;
   if (bulk == 0 || bulk == bytes) {
     out.push_back(physical_.create_chunk(bytes, small_, bulk ? large : granularity_));
