@@ -11,7 +11,8 @@
 #                                    --limit 1.02x peak live (transformer LM, ResNet-50)  6 two processes with a
 #                                    limit each on one GPU  7 scripts/gpu-check-monitor.sh if present;
 #                                    10 PyTorch memory checks native vs gpumem  11 torch.empty host cost;
-#                                    14 data-integrity fuzz (bench/gpu/integrity_fuzz.py), native / gpumem / limit;
+#                                    14 data-integrity fuzz (bench/gpu/integrity_fuzz.py), native / gpumem / limit /
+#                                       8 threads;
 #                                    logs to $OUT (default ./gpu-check-out), a short table last.
 # Through the device tool: run(command="bash scripts/gpu-check.sh", carry=[".device/gpu", ".device/mon"]).
 # GPU_CHECK_PARTS picks parts (default all, ~20 min): "tools" (1-4b, 12-14), "train" (5), "procs" (6, 7, 9),
@@ -115,6 +116,11 @@ step "14 integrity fuzz: native" 240 python3 bench/gpu/integrity_fuzz.py --json 
 step "14 integrity fuzz: gpumem" 240 "$BIN/gpumem" run -- python3 bench/gpu/integrity_fuzz.py --json "$RES/fuzz_gpumem.json"
 step "14 integrity fuzz: gpumem --limit 1800MiB" 240 "$BIN/gpumem" run --limit 1800MiB -- \
   python3 bench/gpu/integrity_fuzz.py --seed 2 --json "$RES/fuzz_limit.json"
+# 8 threads at once on the default stream and their own, handing tensors over; under a limit the peak
+# allocated must stay within it (peaks over threads are exact).
+step "14 integrity fuzz: gpumem --limit 1700MiB, 8 threads" 240 "$BIN/gpumem" run --limit 1700MiB -- \
+  python3 bench/gpu/integrity_fuzz.py --threads 8 --streams 2 --steps 2000 --seed 4 --max-peak-mib 1700 \
+  --json "$RES/fuzz_threads.json"
 step "13 control channel (clear, limit, snapshot, stop, cooperative)" 480 python3 bench/gpu/control_check.py "$BIN/gpumem"
 fi
 if want train && [[ "${GPU_CHECK_TRAIN:-1}" != 0 ]]; then

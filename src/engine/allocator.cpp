@@ -151,6 +151,12 @@ std::size_t Allocator::limit() const {
 DeviceStats Allocator::Impl::collect_stats(bool locks_held, std::size_t pools) {
   DeviceStats out;
   std::size_t n = locks_held ? pools : count();
+  // Every pool held at once: none is logging an operation, so a fold counts every one made so far.
+  std::vector<std::unique_lock<engine::PoolLock>> held;
+  if (!locks_held) {
+    held.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) held.emplace_back(pool_at(i)->lock());
+  }
   auto add = [](StatArray& into, const engine::SplitStat& split) {
     StatArray from = split.get_all();
     for (int k = 0; k < 3; ++k) {
@@ -161,11 +167,7 @@ DeviceStats Allocator::Impl::collect_stats(bool locks_held, std::size_t pools) {
     }
   };
   for (std::size_t i = 0; i < n; ++i) {
-    StreamPool* p = pool_at(i);
-    std::unique_lock<engine::PoolLock> lock(p->lock(), std::defer_lock);
-    if (!locks_held) lock.lock();
-    p->publish_stats();  // the shared peaks below then count every operation done so far
-    const engine::PoolStats& s = p->stats();
+    const engine::PoolStats& s = pool_at(i)->stats();
     add(out.allocation, s.allocation);
     add(out.active, s.active);
     add(out.inactive_split, s.inactive_split);
@@ -175,19 +177,19 @@ DeviceStats Allocator::Impl::collect_stats(bool locks_held, std::size_t pools) {
     add(out.requested_bytes, s.requested_bytes);
   }
   if (n > 1) {
-    auto peaks = [](StatArray& into, const engine::SharedSplit& shared) {
-      into[kAggregatePool].peak = shared.all_peak();
-      into[kSmallPool].peak = shared.peak(0);
-      into[kLargePool].peak = shared.peak(1);
-    };
-    peaks(out.allocation, shared_stats.allocation);
-    peaks(out.active, shared_stats.active);
-    peaks(out.inactive_split, shared_stats.inactive_split);
-    peaks(out.allocated_bytes, shared_stats.allocated_bytes);
-    peaks(out.active_bytes, shared_stats.active_bytes);
-    peaks(out.inactive_split_bytes, shared_stats.inactive_split_bytes);
-    peaks(out.requested_bytes, shared_stats.requested_bytes);
+    std::lock_guard shared_lock(shared_stats.lock());
+    shared_stats.fold(true);
+    const engine::StatPeaks& peaks = shared_stats.peaks();
+    StatArray* in_order[engine::kStatCount] = {&out.allocation,      &out.active,       &out.inactive_split,
+                                               &out.allocated_bytes, &out.active_bytes, &out.inactive_split_bytes,
+                                               &out.requested_bytes};
+    for (int i = 0; i < engine::kStatCount; ++i) {
+      (*in_order[i])[kAggregatePool].peak = peaks.all[i];
+      (*in_order[i])[kSmallPool].peak = peaks.kind[i][0];
+      (*in_order[i])[kLargePool].peak = peaks.kind[i][1];
+    }
   }
+  held.clear();
   std::unique_lock<std::mutex> lock(physical.mutex(), std::defer_lock);
   if (!locks_held) lock.lock();
   out.segment = physical.segment_stats();
@@ -214,15 +216,19 @@ DeviceStats Allocator::Impl::collect_stats(bool locks_held, std::size_t pools) {
 DeviceStats Allocator::stats() const { return impl_->collect_stats(); }
 
 void Allocator::reset_peak_stats() {
+  // Every pool held at once (as collect_stats does): a fold then makes the shared totals current, and
+  // the new window starts from them.
   std::size_t n = impl_->count();
-  for (std::size_t i = 0; i < n; ++i) {
-    StreamPool* p = impl_->pool_at(i);
-    std::lock_guard lock(p->lock());
-    p->publish_stats();  // the shared totals are then current, and so are the peaks reset from them
-    p->lock().publish_at_once();
-    p->reset_peaks();
+  std::vector<std::unique_lock<engine::PoolLock>> held;
+  held.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) held.emplace_back(impl_->pool_at(i)->lock());
+  for (std::size_t i = 0; i < n; ++i) impl_->pool_at(i)->reset_peaks();
+  {
+    std::lock_guard shared_lock(impl_->shared_stats.lock());
+    impl_->shared_stats.fold(true);
+    impl_->shared_stats.reset_peaks();
   }
-  impl_->shared_stats.for_each([](engine::SharedSplit& s) { s.reset_peak(); });
+  held.clear();
   std::lock_guard lock(impl_->physical.mutex());
   impl_->physical.reset_peaks();
 }

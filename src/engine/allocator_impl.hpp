@@ -104,9 +104,13 @@ struct Allocator::Impl {
     if (n == 1) {  // the first pool's peaks were the true ones so far: they seed the shared totals
       StreamPool* first = pool_at(0);
       std::lock_guard first_lock(first->lock());
+      std::lock_guard shared_lock(shared_stats.lock());
       first->share_stats(shared_stats, true);
     }
-    if (n >= 1) p->share_stats(shared_stats, false);
+    if (n >= 1) {
+      std::lock_guard shared_lock(shared_stats.lock());
+      p->share_stats(shared_stats, false);
+    }
     pools[n].store(p, std::memory_order_release);
     pool_count.store(n + 1, std::memory_order_release);
     return p;

@@ -29,9 +29,7 @@ StreamPool::~StreamPool() {
 }
 
 void PoolLock::unlock() noexcept {
-  constexpr unsigned kSkipWhenBusy = 8;
-  if (skip_ > 0) --skip_;
-  else if (!pool_.stats_.publish(false)) skip_ = kSkipWhenBusy;
+  pool_.stats_.publish();
   spin_.unlock();
 }
 

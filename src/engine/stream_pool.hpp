@@ -20,25 +20,17 @@ namespace gpumem::engine {
 class StreamPool;
 
 // A pool's lock. Releasing it publishes what the pool's statistics changed while it was held
-// (PoolStats::publish): one place for every operation that changes them. After finding the shared
-// totals busy (other threads publishing) it lets a few operations pass before it tries again, so busy
-// threads do not all wait on one cache line; one thread alone publishes at once (after the few skips
-// the last contention left, which publish_at_once() drops).
+// (PoolStats::publish): one place for every operation that changes them.
 class PoolLock {
  public:
   explicit PoolLock(StreamPool& pool) noexcept : pool_(pool) {}
   void lock() noexcept { spin_.lock(); }
   bool try_lock() noexcept { return spin_.try_lock(); }
   void unlock() noexcept;
-  // Publishes at the next unlock whatever contention was seen before (held lock required): once the
-  // threads that contended are gone, their leftover skips would otherwise delay a lone thread's changes
-  // and make the shared peaks miss them (Allocator::reset_peak_stats starts a new window with it).
-  void publish_at_once() noexcept { skip_ = 0; }
 
  private:
   StreamPool& pool_;
   SpinLock spin_;
-  unsigned skip_ = 0;  // operations left before the next attempt to publish
 };
 
 class StreamPool {
@@ -81,10 +73,8 @@ class StreamPool {
   bool is_freed_block(DevicePtr ptr) const noexcept;
 
   const PoolStats& stats() const noexcept { return stats_; }
-  // Publishes to the shared totals what a busy moment left unpublished (waits for them if need be).
-  void publish_stats() noexcept { stats_.publish(true); }
-  // Requires lock() held (or the pool not yet published).
-  void share_stats(SharedPoolStats& shared, bool seed) noexcept { stats_.share(shared, seed); }
+  // Requires lock() held (or the pool not yet published) and shared.lock().
+  void share_stats(SharedPoolStats& shared, bool seed) { stats_.share(shared, seed); }
   void reset_peaks() noexcept;
   void reset_accumulated() noexcept;
   std::size_t largest_free() const noexcept;

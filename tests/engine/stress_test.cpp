@@ -5,6 +5,7 @@
 #include <atomic>
 #include <mutex>
 #include <random>
+#include <semaphore>
 #include <thread>
 #include <vector>
 
@@ -175,6 +176,38 @@ TEST(EngineStress, EightThreadsOnEightStreamsHostData) {
   Allocator alloc(std::make_shared<HostBackend>(o));
   stress(alloc, 2500, std::size_t(1) << 20, true,
          [](Backend& b) { return static_cast<HostBackend&>(b).used_bytes(); });
+}
+
+// Peaks over threads are true peaks: at most kHeld blocks are live at any moment (a semaphore hands out
+// that many turns), so no peak may exceed kHeld blocks, however the threads' operations interleave.
+TEST(EngineStress, PeaksOverThreadsNeverExceedWhatWasLive) {
+  constexpr int kHeld = 3;
+  constexpr std::size_t kBlock = std::size_t(64) << 20;
+  SimBackendOptions o;
+  o.capacity = std::size_t(8) << 30;
+  Allocator alloc(std::make_shared<SimBackend>(o));
+  std::counting_semaphore<kThreads> turns(kHeld);
+  auto worker = [&](int t) {
+    for (int i = 0; i < 4000; ++i) {
+      turns.acquire();
+      const StreamId stream = StreamId(1 + (t + i) % 4);  // pools shared by threads, and threads by pools
+      void* p = alloc.allocate(kBlock + std::size_t(t) * 512, stream);
+      alloc.deallocate(p, stream);
+      turns.release();
+    }
+  };
+  std::vector<std::thread> workers;
+  for (int t = 0; t < kThreads; ++t) workers.emplace_back(worker, t);
+  for (auto& w : workers) w.join();
+  const DeviceStats s = alloc.stats();
+  const std::int64_t most = kHeld * std::int64_t(kBlock + kThreads * 512);
+  EXPECT_LE(s.allocated_bytes[kAggregatePool].peak, most);
+  EXPECT_LE(s.requested_bytes[kAggregatePool].peak, most);
+  EXPECT_LE(s.active_bytes[kAggregatePool].peak, most);
+  EXPECT_LE(s.allocation[kAggregatePool].peak, kHeld);
+  EXPECT_LE(s.allocated_bytes[kLargePool].peak, most);
+  EXPECT_GE(s.allocation[kAggregatePool].peak, 1);
+  EXPECT_EQ(s.allocated_bytes[kAggregatePool].current, 0);
 }
 
 }  // namespace
