@@ -27,14 +27,9 @@ void StatPeaks::reset_to(const StatTotals& t) noexcept {
 }
 
 std::uint64_t stat_clock() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_lfence();  // not read before what precedes it (see fold and append)
-#endif
-  // The kernel's monotonic clock is consistent across CPUs (a raw time-stamp counter need not be).
+  // The kernel's monotonic clock is consistent across CPUs (a raw time-stamp counter need not be), and
+  // is read in order with what precedes it (the vDSO fences its counter read).
   const auto t = std::chrono::steady_clock::now().time_since_epoch();
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_lfence();  // nor after what follows
-#endif
   return std::uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t).count());
 }
 
@@ -49,18 +44,32 @@ void SharedPoolStats::join(StatLog* log) {
   ends_.resize(logs_.size());
 }
 
+bool SharedPoolStats::nothing_logged() const noexcept {
+  // A pool marks itself as writing before it reads the time of an entry, so one that starts after
+  // these loads logs a later time than the change applied now.
+  for (const StatLog* log : logs_)
+    if (log->writing.load(std::memory_order_seq_cst) ||
+        log->head.load(std::memory_order_acquire) != log->tail.load(std::memory_order_relaxed))
+      return false;
+  return true;
+}
+
 void SharedPoolStats::append(StatLog& log, const StatTotals& change) noexcept {
-  // Nothing logged and nobody folding: applied at once (one thread alone, on any number of streams).
-  // A pool that logs counts itself in logged_ before it reads its time, so an entry logged after this
-  // check has a later time than this change.
-  if (logged_.load(std::memory_order_relaxed) == 0 && lock_.try_lock()) {
-    const bool direct = logged_.load(std::memory_order_seq_cst) == 0;
+  // Nothing logged and nobody else publishing: straight into the totals (one thread alone, on any
+  // number of streams). After contention the pool logs for a while without trying.
+  if (log.backoff > 0) {
+    --log.backoff;
+  } else if (lock_.try_lock()) {
+    const bool direct = nothing_logged();
     if (direct) {
       folded_.add(change);
       peaks_.raise(folded_);
     }
     lock_.unlock();
     if (direct) return;
+    log.backoff = StatLog::kBackoff;
+  } else {
+    log.backoff = StatLog::kBackoff;
   }
   const std::uint64_t h = log.head.load(std::memory_order_relaxed);
   while (h - log.tail.load(std::memory_order_acquire) >= StatLog::kSize) {  // full: fold, waiting for it
@@ -69,7 +78,6 @@ void SharedPoolStats::append(StatLog& log, const StatTotals& change) noexcept {
   }
   // Marked as writing before the time is read: a fold that does not see the mark began earlier.
   log.writing.store(true, std::memory_order_seq_cst);
-  logged_.fetch_add(1, std::memory_order_seq_cst);
   log.ring[h % StatLog::kSize] = {stat_clock(), change};
   log.head.store(h + 1, std::memory_order_release);
   log.writing.store(false, std::memory_order_release);
@@ -82,6 +90,9 @@ void SharedPoolStats::append(StatLog& log, const StatTotals& change) noexcept {
 void SharedPoolStats::fold(bool everything) noexcept {
   // Strictly before `now`: an entry timed after the writing marks were read may carry the same time.
   const std::uint64_t now = everything ? ~std::uint64_t(0) : stat_clock();
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_lfence();  // the writing marks below are loaded after the clock was read
+#endif
   const std::size_t n = logs_.size();
   for (std::size_t i = 0; i < n; ++i) {
     // An entry being written may be older than `now`: wait for it (its time and a copy).
@@ -91,7 +102,6 @@ void SharedPoolStats::fold(bool everything) noexcept {
     ends_[i] = logs_[i]->head.load(std::memory_order_acquire);
   }
   // Merge by time: each log is in time order; entries made after `now` wait for the next fold.
-  std::uint64_t count = 0;
   while (true) {
     std::size_t best = n;
     std::uint64_t best_time = now;
@@ -103,10 +113,8 @@ void SharedPoolStats::fold(bool everything) noexcept {
     if (best == n) break;
     folded_.add(logs_[best]->ring[cursors_[best]++ % StatLog::kSize].change);
     peaks_.raise(folded_);
-    ++count;
   }
   for (std::size_t i = 0; i < n; ++i) logs_[i]->tail.store(cursors_[i], std::memory_order_release);
-  logged_.fetch_sub(count, std::memory_order_seq_cst);
 }
 
 }  // namespace gpumem::engine

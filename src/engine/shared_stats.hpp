@@ -3,7 +3,7 @@
 //
 // When nothing is logged and no other thread is publishing, an operation's changes go straight into
 // the totals under this object's lock (one thread, on any number of streams: exact, as it is inside
-// the operation). Otherwise the pool logs them, with the time they were made (stat_clock, read while
+// the operation). Otherwise (and for a while after such contention) the pool logs them, with the time they were made (stat_clock, read while
 // the pool's lock is held, so inside the operation), into a ring of its own (StatLog): threads do not
 // wait for each other. Folding merges the logs in time order into the
 // totals and raises the peaks after each change, so the totals pass through states that existed and
@@ -52,8 +52,10 @@ struct alignas(128) TimedChange {
 // One pool's operations not yet folded: written by the pool, read and emptied by folds.
 struct StatLog {
   static constexpr std::uint64_t kSize = 256;
+  static constexpr unsigned kBackoff = 64;  // operations logged without trying the totals, after contention
   alignas(64) std::atomic<std::uint64_t> head{0};  // entries written so far
   std::atomic<bool> writing{false};                // an entry is being timed and written
+  unsigned backoff = 0;                            // the pool's own
   alignas(64) std::atomic<std::uint64_t> tail{0};  // entries folded so far
   TimedChange ring[kSize];
 };
@@ -75,8 +77,9 @@ class SharedPoolStats {
   void reset_peaks() noexcept { peaks_.reset_to(folded_); }
 
  private:
+  bool nothing_logged() const noexcept;
+
   alignas(64) SpinLock lock_;
-  alignas(64) std::atomic<std::uint64_t> logged_{0};  // entries logged (or being logged), not yet folded
   alignas(64) StatTotals folded_;
   StatPeaks peaks_;
   std::vector<StatLog*> logs_;
