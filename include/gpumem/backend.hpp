@@ -86,6 +86,8 @@ class Backend {
 
   virtual const char* name() const noexcept = 0;
   virtual int device() const noexcept { return 0; }
+  // The device's product name where the backend can tell ("NVIDIA H100 80GB HBM3"), else "".
+  virtual std::string device_name() const { return {}; }
   virtual std::size_t granularity() const noexcept = 0;
   virtual bool supports_virtual_memory() const noexcept = 0;
 

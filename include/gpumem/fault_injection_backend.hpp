@@ -30,6 +30,7 @@ class FaultInjectionBackend final : public Backend {
   FaultInjectionBackend(std::shared_ptr<Backend> inner, FaultInjectionOptions options = {});
 
   const char* name() const noexcept override { return inner_->name(); }
+  std::string device_name() const override { return inner_->device_name(); }
   int device() const noexcept override { return inner_->device(); }
   std::size_t granularity() const noexcept override { return inner_->granularity(); }
   bool supports_virtual_memory() const noexcept override { return inner_->supports_virtual_memory(); }

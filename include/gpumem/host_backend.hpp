@@ -38,6 +38,7 @@ class HostBackend final : public Backend {
   HostBackend& operator=(const HostBackend&) = delete;
 
   const char* name() const noexcept override { return "host"; }
+  std::string device_name() const override { return "host memory (test device)"; }
   std::size_t granularity() const noexcept override { return options_.granularity; }
   bool supports_virtual_memory() const noexcept override { return true; }
 

@@ -25,6 +25,7 @@ class SimBackend final : public Backend {
  public:
   explicit SimBackend(SimBackendOptions options = {});
   const char* name() const noexcept override { return "sim"; }
+  std::string device_name() const override { return "simulated device"; }
   std::size_t granularity() const noexcept override { return options_.granularity; }
   bool supports_virtual_memory() const noexcept override { return options_.virtual_memory; }
 

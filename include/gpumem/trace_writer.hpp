@@ -15,6 +15,9 @@ class TraceWriter {
   TraceWriter(const TraceWriter&) = delete;
   TraceWriter& operator=(const TraceWriter&) = delete;
 
+  // The header's device, until the first event or close() writes the header.
+  void set_device(const std::string& device) { device_ = device; }
+  const std::string& device() const noexcept { return device_; }
   void write(const Event& event);
   // Flushes and closes; throws TraceError if the data could not be written. Idempotent.
   void close();
@@ -22,7 +25,9 @@ class TraceWriter {
 
  private:
   void put(const std::string& text);
-  std::string path_;
+  void put_header();
+  std::string path_, source_, device_;
+  bool header_written_ = false;
   void* file_ = nullptr;  // gzFile
   std::size_t events_ = 0;
 };

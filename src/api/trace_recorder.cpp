@@ -32,6 +32,17 @@ Recorder& recorder() {
   return *r;
 }
 
+// The header names the GPU of the first allocator that records (traces come from one device each).
+void name_device(Recorder& r, Allocator& allocator) {
+  std::string name;
+  try {
+    name = allocator.backend().device_name();
+  } catch (...) {
+  }
+  std::lock_guard lock(r.mutex);
+  if (r.writer && r.writer->device().empty()) r.writer->set_device(name);
+}
+
 // The allocators hold it by shared_ptr; it is never deleted.
 std::shared_ptr<AllocatorObserver> recorder_handle() {
   static std::shared_ptr<AllocatorObserver> h(&recorder(), [](AllocatorObserver*) {});
@@ -99,7 +110,10 @@ void trace_start(const std::string& path) {
     recording = true;
   }
   // Outside our mutex: an allocating thread holds the allocator's locks, then takes ours.
-  for_each_default_allocator([](Allocator& a) { a.add_observer(recorder_handle()); });
+  for_each_default_allocator([](Allocator& a) {
+    name_device(recorder(), a);
+    a.add_observer(recorder_handle());
+  });
   static std::once_flag at_exit;
   std::call_once(at_exit, [] { std::atexit(stop_at_exit); });
 }
@@ -127,7 +141,9 @@ void trace_attach(Allocator& allocator) {
       std::fprintf(stderr, "gpumem: GPUMEM_TRACE: %s\n", e.what());
     }
   });
-  if (recording.load()) allocator.add_observer(recorder_handle());
+  if (!recording.load()) return;
+  name_device(recorder(), allocator);
+  allocator.add_observer(recorder_handle());
 }
 
 }  // namespace gpumem::api

@@ -87,6 +87,10 @@ class CudaBackend final : public Backend {
 
   const char* name() const noexcept override { return mode_ == CudaMemoryMode::plain ? "cuda-plain" : "cuda"; }
   int device() const noexcept override { return ordinal_; }
+  std::string device_name() const override {
+    char name[256] = {};
+    return driver().cuDeviceGetName(name, int(sizeof name) - 1, device_) == CUDA_SUCCESS ? name : "";
+  }
   std::size_t granularity() const noexcept override { return granularity_; }
   std::size_t large_page() const noexcept override { return large_page_ ? large_page_ : granularity_; }
   bool supports_virtual_memory() const noexcept override { return mode_ == CudaMemoryMode::virtual_memory; }

@@ -41,6 +41,7 @@ Loaded load(const char* path) {
   bind(lib, d.cuGetErrorName, "cuGetErrorName", e);
   bind(lib, d.cuDeviceGetCount, "cuDeviceGetCount", e);
   bind(lib, d.cuDeviceGet, "cuDeviceGet", e);
+  bind(lib, d.cuDeviceGetName, "cuDeviceGetName", e);
   bind(lib, d.cuDeviceGetAttribute, "cuDeviceGetAttribute", e);
   bind(lib, d.cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer", e);
   bind(lib, d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", e);

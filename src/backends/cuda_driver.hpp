@@ -68,6 +68,7 @@ struct Driver {
   CUresult (*cuGetErrorName)(CUresult, const char** str);
   CUresult (*cuDeviceGetCount)(int* count);
   CUresult (*cuDeviceGet)(CUdevice* device, int ordinal);
+  CUresult (*cuDeviceGetName)(char* name, int len, CUdevice device);
   CUresult (*cuDeviceGetAttribute)(int* value, int attribute, CUdevice device);
   CUresult (*cuDeviceCanAccessPeer)(int* can_access, CUdevice device, CUdevice peer);
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext* ctx, CUdevice device);

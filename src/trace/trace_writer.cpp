@@ -13,11 +13,15 @@ bool ends_with(const std::string& s, const std::string& tail) {
 }  // namespace
 
 TraceWriter::TraceWriter(const std::string& path, const std::string& source, const std::string& device)
-    : path_(path) {
+    : path_(path), source_(source), device_(device) {
   // "wbT" writes plain text through the same calls; gzip level 6 otherwise.
   file_ = gzopen(path.c_str(), ends_with(path, ".gz") ? "wb6" : "wbT");
   if (!file_) throw TraceError(path, 0, "cannot create the trace file");
-  nlohmann::json header = {{"format", "gpumem-trace"}, {"version", 1}, {"source", source}, {"device", device}};
+}
+
+void TraceWriter::put_header() {
+  nlohmann::json header = {{"format", "gpumem-trace"}, {"version", 1}, {"source", source_}, {"device", device_}};
+  header_written_ = true;
   put(header.dump() + "\n");
 }
 
@@ -29,6 +33,7 @@ TraceWriter::~TraceWriter() {
 }
 
 void TraceWriter::write(const Event& e) {
+  if (!header_written_) put_header();
   char line[200];
   int n = std::snprintf(line, sizeof line, "{\"t\": %llu, \"op\": \"%s\", \"addr\": %llu, \"size\": %llu, \"stream\": %llu}\n",
                         static_cast<unsigned long long>(e.t), op_name(e.op), static_cast<unsigned long long>(e.addr),
@@ -45,6 +50,7 @@ void TraceWriter::put(const std::string& text) {
 
 void TraceWriter::close() {
   if (!file_) return;
+  if (!header_written_) put_header();  // a trace without events still starts with its header
   int rc = gzclose(static_cast<gzFile>(file_));
   file_ = nullptr;
   if (rc != Z_OK) throw TraceError(path_, 0, "cannot finish the trace file");

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -60,6 +61,7 @@ TEST_F(TraceRecorder, RecordsAllocationsAndFreesInOrder) {
   EXPECT_EQ(t.events[0].stream, 7u);
   EXPECT_EQ(t.events[0].addr, reinterpret_cast<std::uintptr_t>(a));
   EXPECT_EQ(t.summary.peak_requested, std::uint64_t(1000 + (3 << 20)));
+  EXPECT_EQ(t.device, "host memory (test device)");  // the recording allocator's device names it
   std::remove(path.c_str());
 }
 
@@ -131,6 +133,18 @@ TEST_F(TraceRecorder, CppUsersOfTheDefaultAllocatorsAreTraced) {
   ASSERT_EQ(t.events.size(), 3u);
   EXPECT_EQ(t.events[0].size, 777u);
   EXPECT_EQ(t.events[1].op, gpumem::trace::Op::free);
+  std::remove(path.c_str());
+}
+
+TEST_F(TraceRecorder, ATraceWithoutEventsStillHasItsHeader) {
+  const std::string path = temp_path("-empty.jsonl");
+  ASSERT_EQ(gpumem_trace_start(path.c_str()), GPUMEM_OK) << gpumem_last_error();
+  EXPECT_EQ(gpumem_trace_stop(), 0);
+  std::ifstream in(path);  // the header is written at the stop (the reader refuses a trace of no events)
+  std::string header;
+  std::getline(in, header);
+  EXPECT_NE(header.find(R"("format":"gpumem-trace")"), std::string::npos) << header;
+  EXPECT_NE(header.find(R"("source":"gpumem recorder")"), std::string::npos) << header;
   std::remove(path.c_str());
 }
 

@@ -68,6 +68,7 @@ std::vector<std::uint8_t> pattern(std::size_t bytes, std::uint32_t seed) {
 TEST_P(BackendConformance, DescribesItself) {
   MAKE_OR_SKIP(b, BackendParams{});
   EXPECT_NE(std::strlen(b->name()), 0u);
+  EXPECT_FALSE(b->device_name().empty());  // what traces and reports name the device by
   const std::size_t g = b->granularity();
   EXPECT_GT(g, 0u);
   EXPECT_EQ(g & (g - 1), 0u) << "granularity must be a power of two";
