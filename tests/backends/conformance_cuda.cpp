@@ -35,6 +35,7 @@ class RealStreams final : public Backend {
   Backend& inner() { return *inner_; }
   const char* name() const noexcept override { return inner_->name(); }
   int device() const noexcept override { return inner_->device(); }
+  std::string device_name() const override { return inner_->device_name(); }
   std::size_t granularity() const noexcept override { return inner_->granularity(); }
   bool supports_virtual_memory() const noexcept override { return inner_->supports_virtual_memory(); }
   DevicePtr reserve(std::size_t n) override { return sync(inner_->reserve(n)); }
