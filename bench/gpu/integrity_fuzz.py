@@ -188,7 +188,8 @@ def run_threads(args):
     for i in range(n):
         peers = [q for j, q in enumerate(inboxes) if j != i and q is not None]
         seed = args.seed if i == 0 else args.seed * 1000 + i  # one thread: the sequences of earlier runs
-        workers.append(Worker(args, seed, torch.cuda.current_stream(), args.max_live_mib * MiB // n, inboxes[i], peers))
+        budget = args.max_live_mib * MiB // n
+        workers.append(Worker(args, seed, torch.cuda.current_stream(), budget, inboxes[i], peers))
     errors = []
 
     def body(w):

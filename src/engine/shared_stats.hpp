@@ -2,15 +2,16 @@
 // allocate at once.
 //
 // When nothing is logged and no other thread is publishing, an operation's changes go straight into
-// the totals under this object's lock (one thread, on any number of streams: exact, as it is inside
-// the operation). Otherwise (and for a while after such contention) the pool logs them, with the time they were made (stat_clock, read while
-// the pool's lock is held, so inside the operation), into a ring of its own (StatLog): threads do not
-// wait for each other. Folding merges the logs in time order into the
-// totals and raises the peaks after each change, so the totals pass through states that existed and
-// the peaks are exact. A fold takes every entry made before it began: a pool still writing one is
-// waited for (a few instructions), one that starts after has a later time. Pools fold when their log is
-// half full (if no other thread folds at that moment) or full (waiting for the lock); readers fold with
-// every pool's lock held, so they see every operation made so far.
+// the totals under this object's lock (one thread, on any number of streams: exact, as it is inside the
+// operation). Otherwise, and for kBackoff operations after such contention, the pool logs them with the
+// time they were made (stat_clock, read while the pool's lock is held, so inside the operation) into a
+// ring of its own (StatLog): threads do not wait for each other. A fold merges the logs in time order
+// into the totals and raises the peaks after each change, so the totals pass through states that
+// existed and the peaks are exact. A fold takes every entry made before it began: a pool still writing
+// one is waited for (a few instructions), one that starts after has a later time. Pools fold when their
+// log is half full (if no other thread folds at that moment) or full (waiting for the lock); readers
+// fold with every pool's lock held, so they see every operation made so far. The fold is serial: threads
+// contending on several streams lose throughput for exact peaks (BENCHMARKS.md, 2026-11-24).
 //
 // Thread safety: append() is called by the pool that owns the log with its lock held; everything else
 // with lock() held.
