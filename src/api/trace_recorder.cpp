@@ -34,7 +34,11 @@ Recorder& recorder() {
 
 // The header names the GPU of the first allocator that records (traces come from one device each).
 void name_device(Recorder& r, Allocator& allocator) {
-  std::string name;
+  {
+    std::lock_guard lock(r.mutex);
+    if (!r.writer || !r.writer->device().empty()) return;  // named already: no driver call
+  }
+  std::string name;  // asked without the lock: the driver call may be slow
   try {
     name = allocator.backend().device_name();
   } catch (...) {

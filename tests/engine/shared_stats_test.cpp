@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <mutex>
+#include <random>
 
 #include "engine/shared_stats.hpp"
 
@@ -101,6 +102,62 @@ TEST(SharedStats, ALogThatFillsFoldsItselfAndLosesNothing) {
   std::lock_guard g(f.shared.lock());
   f.shared.reset_peaks();
   EXPECT_EQ(f.shared.peaks().all[kAllocatedBytes], live);
+}
+
+// Random changes to every statistic and both kinds from three pools, some logged while the totals are
+// held (as under contention), folded by the pools themselves and by readers: the peaks are always those
+// of the changes applied one by one in the order they were made, whether a fold merged the logs or
+// found that no order could raise a peak.
+TEST(SharedStats, PeaksMatchEveryChangeAppliedInTheOrderMade) {
+  SharedPoolStats shared;
+  std::unique_ptr<StatLog> logs[3] = {std::make_unique<StatLog>(), std::make_unique<StatLog>(),
+                                      std::make_unique<StatLog>()};
+  StatTotals model;
+  StatPeaks model_peaks;
+  {
+    std::lock_guard g(shared.lock());
+    for (auto& log : logs) shared.join(log.get());
+    shared.seed(model, model_peaks);
+  }
+  auto expect_peaks = [&](int step) {
+    std::lock_guard g(shared.lock());
+    shared.fold(true);
+    for (int i = 0; i < kStatCount; ++i) {
+      ASSERT_EQ(shared.peaks().all[i], model_peaks.all[i]) << "stat " << i << ", step " << step;
+      for (int k = 0; k < 2; ++k) ASSERT_EQ(shared.peaks().kind[i][k], model_peaks.kind[i][k]) << step;
+    }
+  };
+  std::mt19937 rng(7);
+  int since_read = 0;
+  for (int step = 0; step < 200000; ++step) {
+    const unsigned r = rng() % 1000;
+    if (r < 2 || since_read == 100) {  // a reader; the test's own logging never fills a log
+      expect_peaks(step);
+      if (r == 0) {
+        std::lock_guard g(shared.lock());
+        shared.reset_peaks();
+        model_peaks.reset_to(model);
+      }
+      since_read = 0;
+      continue;
+    }
+    StatTotals change;
+    for (int n = 1 + int(rng() % 3); n > 0; --n) change.v[rng() % kStatCount][rng() % 2] += int(rng() % 21) - 10;
+    model.add(change);
+    model_peaks.raise(model);
+    StatLog& log = *logs[rng() % 3];
+    if (r < 700) {
+      std::lock_guard g(shared.lock());  // another thread publishing: logged with its time
+      shared.append(log, change);
+      ++since_read;
+    } else {
+      shared.append(log, change);
+    }
+    // The next change gets a later time (a tie between pools would leave their order to the fold).
+    for (const std::uint64_t t = stat_clock(); stat_clock() == t;) {
+    }
+  }
+  expect_peaks(-1);
 }
 
 }  // namespace
