@@ -247,10 +247,14 @@ def record_stream_defers_reuse():
     side = torch.cuda.Stream()
     x = torch.ones(MiB, device="cuda")
     ptr = x.data_ptr()
+    with torch.cuda.stream(side):                  # the kernels loaded first: a cold `x * 3` takes
+        (x * 3).sum()                              # ~45 ms on the host, longer than the sleep below
+    torch.cuda.synchronize()
     with torch.cuda.stream(side):
-        torch.cuda._sleep(int(50e6))               # keeps `side` busy while x is freed
+        torch.cuda._sleep(int(100e6))              # keeps `side` busy while x is freed (~50 ms)
         y = x * 3
     x.record_stream(side)
+    assert not side.query(), "the side stream finished before the free: nothing to defer"
     del x
     z = torch.empty(MiB, device="cuda")
     assert z.data_ptr() != ptr, "memory in use by another stream was handed out again"
