@@ -1,0 +1,107 @@
+"""Step time under gpumem vs PyTorch's native allocator, measured so that a 1% difference can be told
+from noise: each workload of bench/gpu/train.py runs R times natively and R times under `gpumem run`,
+every run a fresh process, in alternating order (N G, G N, N G, ...) so that drift of the machine
+falls on both sides. Nothing else runs in the timed processes (no GPUMEM_TRACE, no report).
+
+    python3 bench/gpu/step_time.py --gpumem .device/gpu/gpumem [--rounds 3] [--workloads lm,resnet]
+                                   [--steps N] [--json out.json]
+
+For each workload it prints the sums of step times over all steps and after step 0 (CUDA, cuBLAS and
+cuDNN start-up), the median of gpumem's sums over the median of native's, and native's own spread
+(largest / smallest native sum): a ratio inside that spread is not a measured difference; and the
+median time gpumem spent in driver calls (create, map, access, unmap, release) per run.
+Exit status: 0 measured (whatever the ratios), 1 a run failed, 2 bad usage."""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+TRAIN = os.path.join(ROOT, "bench", "gpu", "train.py")
+WORKLOADS = ("lm", "resnet", "vit", "generate")
+
+
+def run_once(gpumem, workload, steps, under_gpumem):
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        cmd = [sys.executable, TRAIN, workload, "--out", out.name] + (["--steps", str(steps)] if steps else [])
+        if under_gpumem:
+            cmd = [gpumem, "run", "-q", "--"] + cmd
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUMEM_TRACE")}
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{workload} {'gpumem' if under_gpumem else 'native'} exited {proc.returncode}: "
+                               f"{proc.stderr.strip()[-400:]}")
+        with open(out.name) as f:
+            result = json.load(f)
+    step_ms, driver = result["step_ms"], result.get("driver", {})
+    return {"all": sum(step_ms), "after0": sum(step_ms[1:]), "step_ms": step_ms,
+            "driver_ms": sum(v for k, v in driver.items() if k.endswith(".us")) / 1e3}
+
+
+def measure(gpumem, workload, rounds, steps):
+    runs = {"native": [], "gpumem": []}
+    for r in range(rounds):
+        order = (False, True) if r % 2 == 0 else (True, False)
+        for under_gpumem in order:
+            runs["gpumem" if under_gpumem else "native"].append(run_once(gpumem, workload, steps, under_gpumem))
+            print(".", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    result = {"workload": workload, "rounds": rounds, "runs": runs}
+    for part in ("all", "after0"):
+        native = [x[part] for x in runs["native"]]
+        mine = [x[part] for x in runs["gpumem"]]
+        result[part] = {
+            "native_ms": native,
+            "gpumem_ms": mine,
+            "ratio": statistics.median(mine) / statistics.median(native),
+            "native_spread": max(native) / min(native),
+        }
+    # gpumem's own time in driver calls (create, map, access, unmap, release), whole run: how much of a
+    # difference the mapping explains
+    result["gpumem_driver_ms"] = statistics.median(x["driver_ms"] for x in runs["gpumem"])
+    return result
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gpumem", required=True, help="the gpumem binary")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--steps", type=int, default=0, help="steps per run (default: train.py's)")
+    ap.add_argument("--json", help="also write the results here")
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:
+        return 2 if e.code else 0
+    workloads = [w for w in args.workloads.split(",") if w]
+    if args.rounds < 1 or any(w not in WORKLOADS for w in workloads) or not os.access(args.gpumem, os.X_OK):
+        print(f"step_time: need --rounds >= 1, workloads among {', '.join(WORKLOADS)} and an executable --gpumem",
+              file=sys.stderr)
+        return 2
+    results = []
+    print("| workload | native all steps (ms) | gpumem all steps (ms) | gpumem / native | after step 0 | "
+          "native spread | gpumem driver calls (ms) |")
+    print("|---|---|---|---|---|---|---|")
+    for w in workloads:
+        try:
+            r = measure(args.gpumem, w, args.rounds, args.steps)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            print(f"step_time: {e}", file=sys.stderr)
+            return 1
+        results.append(r)
+        a, b = r["all"], r["after0"]
+        print(f"| {w} | {' '.join(f'{x:.0f}' for x in a['native_ms'])} | {' '.join(f'{x:.0f}' for x in a['gpumem_ms'])} "
+              f"| {a['ratio']:.4f} | {b['ratio']:.4f} | {a['native_spread']:.3f} / {b['native_spread']:.3f} "
+              f"| {r['gpumem_driver_ms']:.0f} |",
+              flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
