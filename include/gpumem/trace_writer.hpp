@@ -1,6 +1,12 @@
 // Writes gpumem-trace version 1 (see trace.hpp): a header line, then one JSON event per line, gzip
 // compressed when the path ends in ".gz". What read_trace() reads back, event for event.
+//
+// The writing thread only formats lines into a buffer; full buffers (1 MiB) are compressed and written
+// by a thread of the writer's own, in order, at most a few buffers behind (then write() waits), so a
+// program that records its allocations pays ~0.3 us per event instead of the compression (~2 us).
+// A child made by fork() never writes its parent's file: its copy of the writer is dropped unwritten.
 #pragma once
+#include <memory>
 #include <string>
 
 #include "gpumem/trace.hpp"
@@ -24,12 +30,18 @@ class TraceWriter {
   std::size_t events_written() const noexcept { return events_; }
 
  private:
-  void put(const std::string& text);
+  struct Compressor;  // the thread that compresses and writes full buffers
+  void put(const char* text, std::size_t size);
   void put_header();
+  void hand_off();
+  bool forked() const noexcept;
   std::string path_, source_, device_;
   bool header_written_ = false;
   void* file_ = nullptr;  // gzFile
   std::size_t events_ = 0;
+  std::string pending_;  // formatted, not yet handed to the compressor
+  std::unique_ptr<Compressor> compressor_;
+  int owner_pid_ = 0;
 };
 
 }  // namespace gpumem::trace

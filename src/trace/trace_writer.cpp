@@ -1,28 +1,86 @@
 #include "gpumem/trace_writer.hpp"
 
+#include <unistd.h>
 #include <zlib.h>
 
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 namespace gpumem::trace {
 namespace {
+constexpr std::size_t kBufferBytes = std::size_t(1) << 20;  // handed to the compressor when this full
+constexpr std::size_t kMaxQueued = 8;                       // buffers waiting for it before write() waits
+
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
+
+bool write_all(void* file, const std::string& text) {
+  return text.empty() || gzwrite(static_cast<gzFile>(file), text.data(), unsigned(text.size())) == int(text.size());
+}
 }  // namespace
 
+struct TraceWriter::Compressor {
+  std::mutex mutex;
+  std::condition_variable queued, taken;
+  std::deque<std::string> queue;
+  bool closing = false, failed = false;
+  std::thread thread;
+
+  explicit Compressor(void* file) : thread([this, file] { run(file); }) {}
+
+  void run(void* file) {
+    std::unique_lock lock(mutex);
+    while (true) {
+      queued.wait(lock, [&] { return !queue.empty() || closing; });
+      if (queue.empty()) return;  // closing, everything written
+      std::string text = std::move(queue.front());
+      queue.pop_front();
+      lock.unlock();
+      taken.notify_one();
+      const bool ok = write_all(file, text);
+      lock.lock();
+      failed |= !ok;
+    }
+  }
+  // Queues one buffer (waits while kMaxQueued are queued); false once a write has failed.
+  bool push(std::string&& text) {
+    std::unique_lock lock(mutex);
+    taken.wait(lock, [&] { return queue.size() < kMaxQueued || failed; });
+    if (failed) return false;
+    queue.push_back(std::move(text));
+    queued.notify_one();
+    return true;
+  }
+  // Waits until every queued buffer is written; false if any write failed.
+  bool finish() {
+    {
+      std::lock_guard lock(mutex);
+      closing = true;
+    }
+    queued.notify_one();
+    thread.join();
+    return !failed;
+  }
+};
+
 TraceWriter::TraceWriter(const std::string& path, const std::string& source, const std::string& device)
-    : path_(path), source_(source), device_(device) {
+    : path_(path), source_(source), device_(device), owner_pid_(int(getpid())) {
   // "wbT" writes plain text through the same calls; gzip level 6 otherwise.
   file_ = gzopen(path.c_str(), ends_with(path, ".gz") ? "wb6" : "wbT");
   if (!file_) throw TraceError(path, 0, "cannot create the trace file");
+  pending_.reserve(kBufferBytes + 256);
 }
 
 void TraceWriter::put_header() {
   nlohmann::json header = {{"format", "gpumem-trace"}, {"version", 1}, {"source", source_}, {"device", device_}};
   header_written_ = true;
-  put(header.dump() + "\n");
+  const std::string line = header.dump() + "\n";
+  put(line.data(), line.size());
 }
 
 TraceWriter::~TraceWriter() {
@@ -38,21 +96,51 @@ void TraceWriter::write(const Event& e) {
   int n = std::snprintf(line, sizeof line, "{\"t\": %llu, \"op\": \"%s\", \"addr\": %llu, \"size\": %llu, \"stream\": %llu}\n",
                         static_cast<unsigned long long>(e.t), op_name(e.op), static_cast<unsigned long long>(e.addr),
                         static_cast<unsigned long long>(e.size), static_cast<unsigned long long>(e.stream));
-  put(std::string(line, std::size_t(n)));
+  put(line, std::size_t(n));
   ++events_;
 }
 
-void TraceWriter::put(const std::string& text) {
+bool TraceWriter::forked() const noexcept { return int(getpid()) != owner_pid_; }
+
+void TraceWriter::put(const char* text, std::size_t size) {
   if (!file_) throw TraceError(path_, 0, "the trace file is already closed");
-  if (gzwrite(static_cast<gzFile>(file_), text.data(), unsigned(text.size())) != int(text.size()))
-    throw TraceError(path_, 0, "cannot write the trace file (disk full?)");
+  pending_.append(text, size);
+  if (pending_.size() >= kBufferBytes) hand_off();
+}
+
+void TraceWriter::hand_off() {
+  if (forked()) {  // the file and the compressor are the parent's
+    file_ = nullptr;
+    (void)compressor_.release();  // its thread does not exist here: never joined, never freed
+    throw TraceError(path_, 0, "a forked child does not write its parent's trace");
+  }
+  if (!compressor_) compressor_ = std::make_unique<Compressor>(file_);
+  std::string full;
+  full.reserve(kBufferBytes + 256);
+  full.swap(pending_);
+  if (compressor_->push(std::move(full))) return;
+  compressor_->finish();  // a write failed: the file is given up, and one error said
+  compressor_.reset();
+  gzclose(static_cast<gzFile>(file_));
+  file_ = nullptr;
+  throw TraceError(path_, 0, "cannot write the trace file (disk full?)");
 }
 
 void TraceWriter::close() {
   if (!file_) return;
+  if (forked()) {  // the parent finishes its file; the child leaves it alone
+    file_ = nullptr;
+    (void)compressor_.release();
+    return;
+  }
   if (!header_written_) put_header();  // a trace without events still starts with its header
+  bool ok = compressor_ ? compressor_->finish() : true;
+  compressor_.reset();
+  ok = ok && write_all(file_, pending_);
+  pending_.clear();
   int rc = gzclose(static_cast<gzFile>(file_));
   file_ = nullptr;
+  if (!ok) throw TraceError(path_, 0, "cannot write the trace file (disk full?)");
   if (rc != Z_OK) throw TraceError(path_, 0, "cannot finish the trace file");
 }
 
