@@ -15,6 +15,13 @@ def load(path):
         return None
 
 
+def loss_tolerance(workload):
+    # generate's "loss" is the sum of greedily decoded token ids: native runs of the same program differ
+    # by up to ~0.8% per step (2026-11-24, H100, also with deterministic algorithms), a corrupted KV cache
+    # by far more. The trained workloads repeat to the last bits.
+    return 2e-2 if workload == "generate" else 1e-3
+
+
 def max_rel_diff(a, b):
     return max((abs(x - y) / max(abs(x), 1e-12) for x, y in zip(a, b)), default=float("nan"))
 
@@ -25,6 +32,8 @@ def main():
     trained = any(f.endswith(("_native.json", "_gpumem.json")) for f in os.listdir(d))
     for w in ("lm", "resnet", "vit", "generate") if trained else ():
         native, gm, limited = (load(os.path.join(d, f"{w}_{k}.json")) for k in ("native", "gpumem", "limit"))
+        if not native and not gm and not os.path.exists(os.path.join(d, f"{w}_native.json")):
+            continue  # not asked for (GPU_CHECK_WORKLOADS)
         if not native or not gm:
             rows.append(f"| {w} | run failed (see logs) | | | | | |")
             continue
@@ -33,7 +42,7 @@ def main():
         ratio_g = gm["peak_reserved"] / gm["peak_live"]
         same_len = len(native["losses"]) == len(gm["losses"])
         diff = max_rel_diff(native["losses"], gm["losses"]) if same_len else float("nan")
-        lim = "not run" if limited is None else ("ran, same losses" if max_rel_diff(native["losses"], limited["losses"]) <= 1e-3
+        lim = "not run" if limited is None else ("ran, same losses" if max_rel_diff(native["losses"], limited["losses"]) <= loss_tolerance(w)
                                                  else "ran, losses differ")
         rows.append(f"| {w} | {diff:.2e} | {n_ms:.0f} / {g_ms:.0f} ms ({(g_ms / n_ms - 1) * 100:+.2f}%) | "
                     f"{native['peak_live'] / 2**30:.3f} / {gm['peak_live'] / 2**30:.3f} GiB | "
