@@ -4,6 +4,8 @@ import json
 import os
 import sys
 
+import step_time
+
 WARMUP = 1  # step 0 holds CUDA, cuBLAS and cuDNN start-up, the same under both allocators; every later step counts
 
 
@@ -52,15 +54,9 @@ def main():
               "reserved/live native | reserved/live gpumem | --limit 1.02x peak live |")
         print("|---|---|---|---|---|---|---|")
         print("\n".join(rows))
-    if timed := load(os.path.join(d, "step_time.json")):
-        print("\n| workload (5b, untraced, alternated) | native all steps (ms) | gpumem all steps (ms) | "
-              "gpumem / native | after step 0 | native spread | gpumem driver calls (ms) |")
-        print("|---|---|---|---|---|---|---|")
-        for r in timed:
-            a, b = r["all"], r["after0"]
-            print(f"| {r['workload']} | {' '.join(f'{x:.0f}' for x in a['native_ms'])} | "
-                  f"{' '.join(f'{x:.0f}' for x in a['gpumem_ms'])} | {a['ratio']:.4f} | {b['ratio']:.4f} | "
-                  f"{a['native_spread']:.3f} / {b['native_spread']:.3f} | {r.get('gpumem_driver_ms', 0):.0f} |")
+    if timed := load(os.path.join(d, "step_time.json")):  # part "time" (5b): untraced, alternated
+        print("\n" + step_time.HEADER)
+        print("\n".join(step_time.row(r) for r in timed))
     if len(sys.argv) > 2 and (cost := load(sys.argv[2])):
         c10 = next((c for c in cost if c["allocator"].startswith("c10")), None)
         print("\n| allocator | 1 MiB pair (ns) | mixed op (ns) | vs c10 pair | vs c10 mixed |")

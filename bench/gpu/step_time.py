@@ -3,13 +3,14 @@ from noise: each workload of bench/gpu/train.py runs R times natively and R time
 every run a fresh process, in alternating order (N G, G N, N G, ...) so that drift of the machine
 falls on both sides. Nothing else runs in the timed processes (no GPUMEM_TRACE, no report).
 
-    python3 bench/gpu/step_time.py --gpumem .device/gpu/gpumem [--rounds 3] [--workloads lm,resnet]
+    python3 bench/gpu/step_time.py --gpumem .device/gpu/gpumem [--rounds 3] [--workloads lm:80,vit:40]
                                    [--steps N] [--json out.json]
 
 For each workload it prints the sums of step times over all steps and after step 0 (CUDA, cuBLAS and
 cuDNN start-up), the median of gpumem's sums over the median of native's, and native's own spread
-(largest / smallest native sum): a ratio inside that spread is not a measured difference; and the
-median time gpumem spent in driver calls (create, map, access, unmap, release) per run.
+(largest / smallest native sum): a ratio inside that spread is not a measured difference; the median
+time gpumem spent in driver calls per run, and the ratio over the steps in which gpumem made none (what
+is left there is host cost and noise); then gpumem's driver calls per kind.
 Exit status: 0 measured (whatever the ratios), 1 a run failed, 2 bad usage."""
 import argparse
 import json
@@ -37,7 +38,8 @@ def run_once(gpumem, workload, steps, under_gpumem):
         with open(out.name) as f:
             result = json.load(f)
     step_ms, driver = result["step_ms"], result.get("driver", {})
-    return {"all": sum(step_ms), "after0": sum(step_ms[1:]), "step_ms": step_ms,
+    return {"all": sum(step_ms), "after0": sum(step_ms[1:]), "step_ms": step_ms, "driver": driver,
+            "step_driver_ms": result.get("driver_ms", []),
             "driver_ms": sum(v for k, v in driver.items() if k.endswith(".us")) / 1e3}
 
 
@@ -60,16 +62,41 @@ def measure(gpumem, workload, rounds, steps):
             "native_spread": max(native) / min(native),
         }
     # gpumem's own time in driver calls (create, map, access, unmap, release), whole run: how much of a
-    # difference the mapping explains
+    # difference the mapping explains; and the ratio over the steps (after step 0) in which gpumem made
+    # no driver call in any round: what is left there is host cost and noise.
     result["gpumem_driver_ms"] = statistics.median(x["driver_ms"] for x in runs["gpumem"])
+    steps = min(len(x["step_ms"]) for x in runs["native"] + runs["gpumem"])
+    quiet = [k for k in range(1, steps)
+             if all(len(x["step_driver_ms"]) > k and x["step_driver_ms"][k] < 0.05 for x in runs["gpumem"])]
+    result["quiet_steps"] = len(quiet)
+    result["quiet_ratio"] = (sum(x["step_ms"][k] for x in runs["gpumem"] for k in quiet) /
+                             sum(x["step_ms"][k] for x in runs["native"] for k in quiet)) if quiet else None
     return result
+
+
+HEADER = ("| workload | native all steps (ms) | gpumem all steps (ms) | gpumem / native | after step 0 | "
+          "native spread | gpumem driver calls (ms) | steps without driver calls (n) |\n|---|---|---|---|---|---|---|---|")
+
+
+def row(r):
+    a, b = r["all"], r["after0"]
+    quiet = "-" if r.get("quiet_ratio") is None else f"{r['quiet_ratio']:.4f}"
+    return (f"| {r['workload']} | {' '.join(f'{x:.0f}' for x in a['native_ms'])} | "
+            f"{' '.join(f'{x:.0f}' for x in a['gpumem_ms'])} | {a['ratio']:.4f} | {b['ratio']:.4f} | "
+            f"{a['native_spread']:.3f} / {b['native_spread']:.3f} | {r.get('gpumem_driver_ms', 0):.0f} | "
+            f"{quiet} ({r.get('quiet_steps', 0)}) |")
+
+
+def valid_spec(spec):
+    name, _, steps = spec.partition(":")
+    return name in WORKLOADS and (steps == "" or (steps.isdigit() and 0 < int(steps) < 1000))
 
 
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gpumem", required=True, help="the gpumem binary")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated, each NAME or NAME:STEPS")
     ap.add_argument("--steps", type=int, default=0, help="steps per run (default: train.py's)")
     ap.add_argument("--json", help="also write the results here")
     try:
@@ -77,26 +104,27 @@ def main(argv):
     except SystemExit as e:
         return 2 if e.code else 0
     workloads = [w for w in args.workloads.split(",") if w]
-    if args.rounds < 1 or any(w not in WORKLOADS for w in workloads) or not os.access(args.gpumem, os.X_OK):
-        print(f"step_time: need --rounds >= 1, workloads among {', '.join(WORKLOADS)} and an executable --gpumem",
+    if args.rounds < 1 or not all(map(valid_spec, workloads)) or not os.access(args.gpumem, os.X_OK):
+        print(f"step_time: need --rounds >= 1, workloads among {', '.join(WORKLOADS)} (NAME or NAME:STEPS, "
+              "1-999 steps) and an executable --gpumem",
               file=sys.stderr)
         return 2
     results = []
-    print("| workload | native all steps (ms) | gpumem all steps (ms) | gpumem / native | after step 0 | "
-          "native spread | gpumem driver calls (ms) |")
-    print("|---|---|---|---|---|---|---|")
-    for w in workloads:
+    print(HEADER)
+    for spec in workloads:
+        w, _, steps = spec.partition(":")
         try:
-            r = measure(args.gpumem, w, args.rounds, args.steps)
+            r = measure(args.gpumem, w, args.rounds, int(steps) if steps else args.steps)
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             print(f"step_time: {e}", file=sys.stderr)
             return 1
         results.append(r)
-        a, b = r["all"], r["after0"]
-        print(f"| {w} | {' '.join(f'{x:.0f}' for x in a['native_ms'])} | {' '.join(f'{x:.0f}' for x in a['gpumem_ms'])} "
-              f"| {a['ratio']:.4f} | {b['ratio']:.4f} | {a['native_spread']:.3f} / {b['native_spread']:.3f} "
-              f"| {r['gpumem_driver_ms']:.0f} |",
-              flush=True)
+        print(row(r), flush=True)
+    for r in results:  # where gpumem's driver time went, per kind (its last run)
+        driver = r["runs"]["gpumem"][-1]["driver"]
+        print(f"{r['workload']} driver: " + ", ".join(
+            f"{k} {driver.get(k + '.calls', 0)} / {driver.get(k + '.us', 0) / 1e3:.1f} ms"
+            for k in ("create", "map", "access", "unmap", "release", "sync")))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f)
