@@ -17,6 +17,7 @@ namespace {
 struct Recorder final : AllocatorObserver {
   void on_event(const MemoryEvent& e) noexcept override;
   std::mutex mutex;
+  std::mutex starting_or_stopping;  // held through trace_start / trace_stop, so a file closes before another opens
   std::unique_ptr<trace::TraceWriter> writer;
   // address -> requested size, for `free` and `free_completed` events; kept from the alloc to the
   // free_completed (the address is not handed out again before it).
@@ -105,6 +106,7 @@ void stop_at_exit() {
 
 void trace_start(const std::string& path) {
   Recorder& r = recorder();
+  std::lock_guard one_at_a_time(r.starting_or_stopping);
   {
     std::lock_guard lock(r.mutex);
     if (r.writer) r.writer->close();
@@ -123,14 +125,20 @@ void trace_start(const std::string& path) {
 }
 
 std::size_t trace_stop() {
-  for_each_default_allocator([](Allocator& a) { a.remove_observer(&recorder()); });
   Recorder& r = recorder();
-  std::lock_guard lock(r.mutex);
-  recording = false;
-  if (!r.writer) return 0;
-  std::size_t n = r.writer->events_written();
-  auto writer = std::move(r.writer);
-  r.live.clear();
+  std::lock_guard one_at_a_time(r.starting_or_stopping);
+  for_each_default_allocator([](Allocator& a) { a.remove_observer(&recorder()); });
+  std::unique_ptr<trace::TraceWriter> writer;
+  {
+    std::lock_guard lock(r.mutex);
+    recording = false;
+    writer = std::move(r.writer);
+    r.live.clear();
+  }
+  if (!writer) return 0;
+  // Outside the lock: closing waits for the writer's queued buffers, and threads still freeing blocks
+  // take the lock (to find no writer) meanwhile.
+  std::size_t n = writer->events_written();
   writer->close();
   return n;
 }
