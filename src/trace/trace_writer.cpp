@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -17,6 +18,14 @@ constexpr std::size_t kMaxQueued = 8;                       // buffers waiting f
 
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// condition_variable::wait(unique_lock&) needs GLIBCXX_3.4.30, newer than the libstdc++ the packages
+// declare; wait_for does not.
+template <typename Predicate>
+void wait_until_ready(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, Predicate ready) {
+  while (!cv.wait_for(lock, std::chrono::seconds(1), ready)) {
+  }
 }
 
 bool write_all(void* file, const std::string& text) {
@@ -36,7 +45,7 @@ struct TraceWriter::Compressor {
   void run(void* file) {
     std::unique_lock lock(mutex);
     while (true) {
-      queued.wait(lock, [&] { return !queue.empty() || closing; });
+      wait_until_ready(queued, lock, [&] { return !queue.empty() || closing; });
       if (queue.empty()) return;  // closing, everything written
       std::string text = std::move(queue.front());
       queue.pop_front();
@@ -50,7 +59,7 @@ struct TraceWriter::Compressor {
   // Queues one buffer (waits while kMaxQueued are queued); false once a write has failed.
   bool push(std::string&& text) {
     std::unique_lock lock(mutex);
-    taken.wait(lock, [&] { return queue.size() < kMaxQueued || failed; });
+    wait_until_ready(taken, lock, [&] { return queue.size() < kMaxQueued || failed; });
     if (failed) return false;
     queue.push_back(std::move(text));
     queued.notify_one();
