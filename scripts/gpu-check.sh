@@ -173,7 +173,7 @@ fi
 
 if want time; then
 # 5b step time from untraced runs, native and gpumem alternated (the traced run above pays for its trace).
-  step "5b step time, native vs gpumem, ${GPU_CHECK_TIME_ROUNDS:-3} rounds" 590 python3 bench/gpu/step_time.py \
+  step "5b step time, native vs gpumem, ${GPU_CHECK_TIME_ROUNDS:-3} rounds" 1200 python3 bench/gpu/step_time.py \
     --gpumem "$BIN/gpumem" --rounds "${GPU_CHECK_TIME_ROUNDS:-3}" \
     --workloads "${GPU_CHECK_TIME_WORKLOADS:-lm,resnet,vit,generate}" --json "$RES/step_time.json"
   python3 - "$RES/step_time.json" <<'EOF' || { row "5b target (time +-1%)" "MISSED (see above)"; FAILS=$((FAILS + 1)); }
