@@ -7,7 +7,8 @@
 #                                    programs, stripped, into .device/gpu (ignored by git; carry it to the device).
 #   scripts/gpu-check.sh             On the GPU machine: builds the c10 shim against the torch wheel, then runs
 #                                    1 CUDA conformance  2 stream rule  3 host cost vs c10 / cudaMallocAsync /
-#                                    cudaMalloc  3b driver call cost (bench/gpu/vmm_cost.cu)  4 Python shim with real torch  5 training native vs gpumem vs
+#                                    cudaMalloc  3b driver call cost (bench/gpu/vmm_cost.cu)  3c the same calls on another thread
+#                                    beside kernel launches (bench/gpu/vmm_overlap.cu)  4 Python shim with real torch  5 training native vs gpumem vs
 #                                    --limit 1.02x peak live (transformer LM, ResNet-50)  6 two processes with a
 #                                    limit each on one GPU  7 scripts/gpu-check-monitor.sh if present;
 #                                    10 PyTorch memory checks native vs gpumem  11 torch.empty host cost;
@@ -16,7 +17,8 @@
 #                                    logs to $OUT (default ./gpu-check-out), a short table last.
 # Through the device tool: run(command="bash scripts/gpu-check.sh", carry=[".device/gpu", ".device/mon"]).
 # GPU_CHECK_PARTS picks parts (default all, ~30 min): "tools" (1-4b, 12-14), "train" (5), "time" (5b: step time,
-# untraced, native and gpumem alternated, bench/gpu/step_time.py; GPU_CHECK_TIME_WORKLOADS picks workloads),
+# untraced, native and gpumem alternated, bench/gpu/step_time.py; GPU_CHECK_TIME_WORKLOADS picks workloads,
+# GPU_CHECK_TIME_VARIANT=VAR=VALUE adds a third arm, e.g. GPUMEM_MAP_AHEAD=0),
 # "procs" (6, 7, 9), "torch" (10, 11), "samples" (8); the device tool's 10-minute calls run it whole as
 # GPU_CHECK_PARTS="tools procs samples", then "train", then "time" (lm,resnet,vit), "time" (generate), "torch".
 # Exit: 0 every step passed, 1 a step failed or missed its target, 2 an unknown part in GPU_CHECK_PARTS.
@@ -31,13 +33,13 @@ if [[ "${1:-}" == "--prepare" ]]; then
   cmake --build "$BUILD" --target gpumem gpumem-exporter gpumem_shared backend_conformance_test -j "${JOBS:-2}"
   mkdir -p "$BIN"
   LIBS="$BUILD/src/api/libgpumem_api.a $BUILD/src/trace/libgpumem_trace.a $BUILD/src/backends/libgpumem_backends.a $BUILD/src/engine/libgpumem_engine.a"
-  for prog in tests/gpu/stream_rule.cu bench/gpu/host_cost.cu bench/gpu/vmm_cost.cu; do
+  for prog in tests/gpu/stream_rule.cu bench/gpu/host_cost.cu bench/gpu/vmm_cost.cu bench/gpu/vmm_overlap.cu; do
     nvcc -O2 -std=c++20 -gencode arch=compute_90,code=sm_90 -Iinclude -Isrc "$prog" $LIBS -ldl -o "$BIN/$(basename "$prog" .cu)"
   done
   # gpumem-exporter links Debian's cpp-httplib, which the GPU machine lacks: it travels beside it.
   cp -L /usr/lib/x86_64-linux-gnu/libcpp-httplib.so.0.11 "$BIN/" 2>/dev/null || true
   cp "$BUILD/gpumem" "$BUILD/gpumem-exporter" "$BUILD/libgpumem.so" "$BUILD/gpumem_torch.py" "$BUILD/gpumem_ipc.py" "$BUILD/gpumem_history.py" "$BUILD/gpumem_sitecustomize.py" "$BUILD/tests/backends/backend_conformance_test" "$BIN/"
-  strip "$BIN/gpumem" "$BIN/libgpumem.so" "$BIN/backend_conformance_test" "$BIN/stream_rule" "$BIN/host_cost" "$BIN/vmm_cost"
+  strip "$BIN/gpumem" "$BIN/libgpumem.so" "$BIN/backend_conformance_test" "$BIN/stream_rule" "$BIN/host_cost" "$BIN/vmm_cost" "$BIN/vmm_overlap"
   du -sh "$BIN"
   exit 0
 fi
@@ -82,7 +84,7 @@ finish() {
 trap finish EXIT
 export LD_LIBRARY_PATH="$PWD/$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # cpp-httplib for gpumem-exporter
 
-for f in gpumem libgpumem.so gpumem_torch.py gpumem_ipc.py gpumem_history.py gpumem_sitecustomize.py backend_conformance_test stream_rule host_cost vmm_cost; do
+for f in gpumem libgpumem.so gpumem_torch.py gpumem_ipc.py gpumem_history.py gpumem_sitecustomize.py backend_conformance_test stream_rule host_cost vmm_cost vmm_overlap; do
   [[ -e $BIN/$f ]] || { echo "gpu-check: $BIN/$f is missing: run scripts/gpu-check.sh --prepare and carry $BIN"; exit 1; }
 done
 nvidia-smi -L
@@ -105,6 +107,7 @@ step "2 stream rule (record_stream, unmap wait)" 120 "$BIN/stream_rule"
 if [[ -f $WORK/c10_shim.so ]]; then SHIM=$WORK/c10_shim.so; else SHIM=""; fi
 step "3 host cost vs c10 / cudaMallocAsync / cudaMalloc" 300 "$BIN/host_cost" $SHIM --json "$RES/host_cost.json"
 step "3b driver call cost: cuMemCreate/Map/SetAccess/Unmap/Release at 2 and 16 MiB" 120 "$BIN/vmm_cost" --json "$RES/vmm_cost.json"
+step "3c driver calls on another thread: do they slow kernel launches?" 120 "$BIN/vmm_overlap" --json "$RES/vmm_overlap.json"
 step "4 python shim + gpumem run (real torch)" 300 env GPUMEM_BUILD_DIR="$PWD/$BIN" python3 -m unittest -v tests/python/test_gpumem_torch.py
 step "4b snapshot -> _memory_viz, native" 120 python3 bench/gpu/snapshot_check.py "$RES/snapshot_native.pickle"
 step "4b snapshot -> _memory_viz, gpumem" 120 "$BIN/gpumem" run -- python3 bench/gpu/snapshot_check.py "$RES/snapshot_gpumem.pickle"
@@ -175,7 +178,8 @@ if want time; then
 # 5b step time from untraced runs, native and gpumem alternated (the traced run above pays for its trace).
   step "5b step time, native vs gpumem, ${GPU_CHECK_TIME_ROUNDS:-3} rounds" 1200 python3 bench/gpu/step_time.py \
     --gpumem "$BIN/gpumem" --rounds "${GPU_CHECK_TIME_ROUNDS:-3}" \
-    --workloads "${GPU_CHECK_TIME_WORKLOADS:-lm,resnet,vit,generate}" --json "$RES/step_time.json"
+    --workloads "${GPU_CHECK_TIME_WORKLOADS:-lm,resnet,vit,generate}" --json "$RES/step_time.json" \
+    ${GPU_CHECK_TIME_VARIANT:+--variant "$GPU_CHECK_TIME_VARIANT"}
   python3 - "$RES/step_time.json" <<'EOF' || { row "5b target (time +-1%)" "MISSED (see above)"; FAILS=$((FAILS + 1)); }
 import json, sys
 results = json.load(open(sys.argv[1]))

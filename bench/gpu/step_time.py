@@ -25,12 +25,13 @@ TRAIN = os.path.join(ROOT, "bench", "gpu", "train.py")
 WORKLOADS = ("lm", "resnet", "vit", "generate")
 
 
-def run_once(gpumem, workload, steps, under_gpumem):
+def run_once(gpumem, workload, steps, under_gpumem, extra_env=None):
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         cmd = [sys.executable, TRAIN, workload, "--out", out.name] + (["--steps", str(steps)] if steps else [])
         if under_gpumem:
             cmd = [gpumem, "run", "-q", "--"] + cmd
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUMEM_TRACE")}
+        env.update(extra_env or {})
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:
             raise RuntimeError(f"{workload} {'gpumem' if under_gpumem else 'native'} exited {proc.returncode}: "
@@ -40,15 +41,23 @@ def run_once(gpumem, workload, steps, under_gpumem):
     step_ms, driver = result["step_ms"], result.get("driver", {})
     return {"all": sum(step_ms), "after0": sum(step_ms[1:]), "step_ms": step_ms, "driver": driver,
             "step_driver_ms": result.get("driver_ms", []),
-            "driver_ms": sum(v for k, v in driver.items() if k.endswith(".us")) / 1e3}
+            "driver_ms": sum(v for k, v in driver.items() if k.endswith(".us")) / 1e3,
+            "ahead": result.get("ahead", {})}
 
 
-def measure(gpumem, workload, rounds, steps):
+def measure(gpumem, workload, rounds, steps, variant=None):
+    # variant: (VAR, VALUE) for a third arm, gpumem with that environment (e.g. GPUMEM_MAP_AHEAD=0)
     runs = {"native": [], "gpumem": []}
+    arms = [("native", False, None), ("gpumem", True, None)]
+    if variant:
+        runs["variant"] = []
+        arms.append(("variant", True, {variant[0]: variant[1]}))
     for r in range(rounds):
-        order = (False, True) if r % 2 == 0 else (True, False)
-        for under_gpumem in order:
-            runs["gpumem" if under_gpumem else "native"].append(run_once(gpumem, workload, steps, under_gpumem))
+        order = arms[r % len(arms):] + arms[:r % len(arms)]
+        if r % 2:
+            order.reverse()
+        for name, under_gpumem, env in order:
+            runs[name].append(run_once(gpumem, workload, steps, under_gpumem, env))
             print(".", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     result = {"workload": workload, "rounds": rounds, "runs": runs}
@@ -61,6 +70,13 @@ def measure(gpumem, workload, rounds, steps):
             "ratio": statistics.median(mine) / statistics.median(native),
             "native_spread": max(native) / min(native),
         }
+        if variant:
+            other = [x[part] for x in runs["variant"]]
+            result[part]["variant_ms"] = other
+            result[part]["variant_ratio"] = statistics.median(other) / statistics.median(native)
+    if variant:
+        result["variant"] = f"{variant[0]}={variant[1]}"
+        result["variant_driver_ms"] = statistics.median(x["driver_ms"] for x in runs["variant"])
     # gpumem's own time in driver calls (create, map, access, unmap, release), whole run: how much of a
     # difference the mapping explains; and the ratio over the steps (after step 0) in which gpumem made
     # no driver call in any round: what is left there is host cost and noise.
@@ -99,6 +115,7 @@ def main(argv):
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated, each NAME or NAME:STEPS")
     ap.add_argument("--steps", type=int, default=0, help="steps per run (default: train.py's)")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--variant", help="VAR=VALUE: a third arm, gpumem run with that in its environment")
     try:
         args = ap.parse_args(argv)
     except SystemExit as e:
@@ -114,17 +131,26 @@ def main(argv):
     for spec in workloads:
         w, _, steps = spec.partition(":")
         try:
-            r = measure(args.gpumem, w, args.rounds, int(steps) if steps else args.steps)
+            r = measure(args.gpumem, w, args.rounds, int(steps) if steps else args.steps,
+                        tuple(args.variant.split("=", 1)) if args.variant else None)
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             print(f"step_time: {e}", file=sys.stderr)
             return 1
         results.append(r)
         print(row(r), flush=True)
+        if "variant" in r:
+            a, b = r["all"], r["after0"]
+            print(f"  {r['variant']}: {' '.join(f'{x:.0f}' for x in a['variant_ms'])} ms, / native "
+                  f"{a['variant_ratio']:.4f}, after step 0 {b['variant_ratio']:.4f}, driver "
+                  f"{r['variant_driver_ms']:.0f} ms", flush=True)
     for r in results:  # where gpumem's driver time went, per kind (its last run)
         driver = r["runs"]["gpumem"][-1]["driver"]
         print(f"{r['workload']} driver: " + ", ".join(
             f"{k} {driver.get(k + '.calls', 0)} / {driver.get(k + '.us', 0) / 1e3:.1f} ms"
-            for k in ("create", "map", "access", "unmap", "release", "sync")))
+            for k in ("create", "map", "access", "unmap", "release", "sync")) +
+            f"; made ahead on gpumem's own thread: {r['runs']['gpumem'][-1]['ahead'].get('pages', 0)} pages / "
+            f"{r['runs']['gpumem'][-1]['ahead'].get('us', 0) / 1e3:.1f} ms, "
+            f"{r['runs']['gpumem'][-1]['ahead'].get('unused', 0)} unmapped unused")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f)

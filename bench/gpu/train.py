@@ -164,6 +164,8 @@ def main():
         "device_allocs": stats.get("num_device_alloc", stats.get("segment.all.allocated", 0)),
         # gpumem only: driver calls per kind and the microseconds spent in them over the whole run
         "driver": {k[len("gpumem.driver."):]: v for k, v in stats.items() if k.startswith("gpumem.driver.")},
+        # gpumem only: pages made ahead of need on gpumem's own thread (not in "driver": not the program's time)
+        "ahead": {k[len("gpumem.ahead."):]: v for k, v in stats.items() if k.startswith("gpumem.ahead.")},
     }
     with open(args.out, "w") as f:
         json.dump(result, f)

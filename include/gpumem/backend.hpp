@@ -63,6 +63,10 @@ struct BackendCallCounts {
   // Wall time spent inside those driver calls and in stream/device synchronization, in nanoseconds: what
   // each kind of call costs on the running workload (CUDA backend; 0 where no driver is called).
   std::uint64_t create_ns = 0, map_ns = 0, access_ns = 0, unmap_ns = 0, release_ns = 0, sync_ns = 0;
+  // Pages created, mapped and made accessible ahead of need on a thread of the backend's own (map_ahead),
+  // the time its driver calls took there (not the program's), and how often a page made ahead had to be
+  // unmapped again unused (mispredictions; such pages are used again as spares).
+  std::uint64_t ahead_pages = 0, ahead_ns = 0, ahead_unused = 0;
   // Calls that acquire or give back physical memory or change mappings: what "device calls" reports.
   std::uint64_t device_calls() const {
     return creates + maps + unmaps + chunk_releases + plain_allocs + plain_frees;
@@ -104,6 +108,16 @@ class Backend {
   virtual ChunkHandle create_paged_chunk(std::size_t bytes, std::size_t page) {
     (void)page;
     return create_chunk(bytes);
+  }
+  // Growth ahead of need (optional; the CUDA backend maps pages on a thread of its own, see
+  // src/backends/map_ahead.hpp): the caller's next new chunk will likely be mapped from `va` (reserved,
+  // unmapped) on, about `bytes` of it. create_paged_chunk_at(bytes, page, va) is create_paged_chunk for a
+  // chunk the caller will map from `va` on, in its pages' order: pages prepared there come already mapped,
+  // and map_run() at their own addresses then only records them. Correct whatever the caller does next
+  // (any other use of those addresses removes the prepared pages first); only the time differs.
+  virtual void map_ahead(DevicePtr /*va*/, std::size_t /*bytes*/) {}
+  virtual ChunkHandle create_paged_chunk_at(std::size_t bytes, std::size_t page, DevicePtr /*va*/) {
+    return create_paged_chunk(bytes, page);
   }
   virtual void release_chunk(ChunkHandle chunk) noexcept = 0;
   virtual void map(DevicePtr va, std::size_t bytes, ChunkHandle chunk, std::size_t offset) = 0;

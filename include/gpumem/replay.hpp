@@ -32,6 +32,7 @@ struct ReplayOptions {
   std::uint64_t capacity = kDefaultReplayCapacity;  // the sim device's physical memory
   std::uint64_t page = kDefaultReplayPage;          // a power of two
   bool stop_at_first_oom = false;
+  bool map_ahead = false;  // the sim device makes pages ahead as the CUDA backend does (counted only)
 };
 
 struct ReplayOom {

@@ -19,6 +19,9 @@ struct SimBackendOptions {
   std::size_t large_page = 0;  // Backend::large_page(); 0: granularity (every page the same)
   bool virtual_memory = true;
   bool manual_events = false;
+  // Growth ahead of need as the CUDA backend makes it (Backend::map_ahead), counted only: pages made
+  // ahead take capacity while they wait; taken, they are the next chunk's; in the way, they are dropped.
+  bool map_ahead = false;
 };
 
 class SimBackend final : public Backend {
@@ -34,6 +37,8 @@ class SimBackend final : public Backend {
   ChunkHandle create_chunk(std::size_t bytes) override;
   std::size_t large_page() const noexcept override { return options_.large_page; }
   ChunkHandle create_paged_chunk(std::size_t bytes, std::size_t page) override;
+  void map_ahead(DevicePtr va, std::size_t bytes) override;
+  ChunkHandle create_paged_chunk_at(std::size_t bytes, std::size_t page, DevicePtr va) override;
   void release_chunk(ChunkHandle chunk) noexcept override;
   void map(DevicePtr va, std::size_t bytes, ChunkHandle chunk, std::size_t offset) override;
   void unmap(DevicePtr va, std::size_t bytes) noexcept override;
@@ -69,6 +74,9 @@ class SimBackend final : public Backend {
   std::unordered_map<DevicePtr, ChunkHandle> mapping_chunk_;
   std::set<std::pair<ChunkHandle, std::size_t>> released_pages_;  // (chunk, offset) freed on their own
   StreamTickets events_;
+  DevicePtr ahead_va_ = 0;  // pages made ahead: where they start, how many
+  std::size_t ahead_pages_ = 0;
+  void drop_ahead(DevicePtr va = 0, std::size_t bytes = 0) noexcept;  // those in [va, va+bytes), or all
 };
 
 }  // namespace gpumem

@@ -66,6 +66,10 @@ struct DeviceStats {
     std::int64_t calls = 0, ns = 0;
   };
   DriverCalls driver_create, driver_map, driver_access, driver_unmap, driver_release, driver_sync;
+  // Pages the backend made ahead of need on a thread of its own (calls: pages, ns: that thread's driver
+  // time), and how often one was unmapped again unused.
+  DriverCalls ahead;
+  std::int64_t ahead_unused = 0;
 
   // Flat "key.pool.metric" -> value, exactly the keys torch.cuda.memory_stats() returns.
   std::map<std::string, std::int64_t> as_map() const;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "backends/call_timer.hpp"
+#include "backends/map_ahead.hpp"
 #include "backends/cuda_driver.hpp"
 
 namespace gpumem {
@@ -19,6 +21,7 @@ namespace {
 using namespace gpumem::cuda;
 
 constexpr std::size_t kDefaultPage = std::size_t(16) << 20;
+constexpr std::size_t kMostAhead = std::size_t(64) << 20;  // the engine's largest growth quantum
 
 class CudaBackend final : public Backend {
  public:
@@ -73,6 +76,8 @@ class CudaBackend final : public Backend {
       // driver's 2 MiB granules, so stitching and release stay fine-grained where it matters.
       const std::size_t page = page_bytes ? page_bytes : kDefaultPage;
       large_page_ = (page + granularity_ - 1) / granularity_ * granularity_;
+      const char* ahead = std::getenv("GPUMEM_MAP_AHEAD");  // "0": every page made on the allocating thread
+      ahead_enabled_ = !(ahead && std::string(ahead) == "0");
     }
   }
 
@@ -80,6 +85,8 @@ class CudaBackend final : public Backend {
     const Driver& d = driver();
     {
       ContextGuardNoThrow guard(context_);
+      ahead_.reset();  // its worker stops; pages still waiting are unmapped and released
+      for (auto& [h, va] : premapped_) d.cuMemUnmap(CUdeviceptr(va), granularity_);
       for (auto& [e, in_use] : all_events_) d.cuEventDestroy(e);
     }
     d.cuDevicePrimaryCtxRelease(device_);
@@ -110,6 +117,8 @@ class CudaBackend final : public Backend {
     auto it = ranges_.find(base);
     if (it == ranges_.end() || it->second != bytes) return;  // unknown: the driver would reject or crash on it
     ContextGuardNoThrow guard(context_);
+    clear_ahead(base, bytes);
+    forget_premapped_in(base, bytes);
     if (driver().cuMemAddressFree(CUdeviceptr(base), bytes) == CUDA_SUCCESS) ++counts_.range_releases;
     ranges_.erase(it);
   }
@@ -119,6 +128,11 @@ class CudaBackend final : public Backend {
   ChunkHandle create_chunk(std::size_t bytes) override { return create_paged_chunk(bytes, granularity_); }
 
   ChunkHandle create_paged_chunk(std::size_t bytes, std::size_t page) override {
+    return create_paged_chunk_at(bytes, page, 0);
+  }
+
+  // Pages made ahead at `va` come first (still mapped there: premapped_), the rest is created here.
+  ChunkHandle create_paged_chunk_at(std::size_t bytes, std::size_t page, DevicePtr va) override {
     require_vmm("create_chunk");
     require_aligned(bytes, "chunk size");
     if (page != granularity_ && page != large_page()) throw BackendError("cuda backend: page size " + std::to_string(page) + " is not offered");
@@ -126,27 +140,40 @@ class CudaBackend final : public Backend {
     ContextGuard guard(context_);
     std::vector<CUmemGenericAllocationHandle> pages;
     pages.reserve(bytes / page);
-    Timed timed(counts_.create_ns);
-    for (std::size_t done = 0; done < bytes; done += page) {
-      CUmemGenericAllocationHandle handle = 0;
-      CUresult r = driver().cuMemCreate(&handle, page, &prop_, 0);
-      ++counts_.driver_creates;
-      if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY && prop_.requestedHandleTypes != 0) {
-        prop_.requestedHandleTypes = 0;  // not shareable here: plain chunks from now on
-        r = driver().cuMemCreate(&handle, page, &prop_, 0);
-        ++counts_.driver_creates;
+    if (ahead_ && va && page == granularity_) {
+      for (std::uint64_t h : ahead_->take(va, bytes / page)) {
+        premapped_.emplace(h, va + pages.size() * page);
+        pages.push_back(h);
       }
-      if (r != CUDA_SUCCESS) {
-        for (auto h : pages) driver().cuMemRelease(h);  // leave no partial state
-        counts_.driver_releases += pages.size();
-        check(r, "cuMemCreate");
-      }
-      pages.push_back(handle);
+      note_ahead();
+    }
+    try {
+      create_pages(bytes / page - pages.size(), page, pages);
+    } catch (...) {
+      forget_premapped(pages);
+      for (auto h : pages) driver().cuMemRelease(h);
+      counts_.driver_releases += pages.size();
+      throw;
     }
     ChunkHandle id = next_chunk_++;
     chunks_.emplace(id, Chunk{std::move(pages), page});
     ++counts_.creates;
     return id;
+  }
+
+  // Growth ahead of need (backend.hpp): granule pages only, inside one reserved range, up to 64 MiB.
+  void map_ahead(DevicePtr va, std::size_t bytes) override {
+    if (!ahead_enabled_ || mode_ != CudaMemoryMode::virtual_memory) return;
+    bytes = std::min(bytes, kMostAhead) / granularity_ * granularity_;
+    bool inside = false;
+    for (const auto& [base, size] : ranges_) inside = inside || (va >= base && va + bytes <= base + size);
+    if (!bytes || !inside || mappings_.count(va)) return;
+    if (!ahead_) {
+      ahead_calls_ = std::make_unique<AheadCalls>(*this);
+      ahead_ = std::make_unique<MapAhead>(*ahead_calls_, granularity_);
+    }
+    ahead_->prepare(va, bytes);
+    note_ahead();
   }
 
   bool supports_sharing() const noexcept override {
@@ -216,6 +243,8 @@ class CudaBackend final : public Backend {
     auto it = chunks_.find(chunk);
     if (it == chunks_.end()) return;
     ContextGuardNoThrow guard(context_);
+    drop_ahead();  // memory goes back: nothing to grow into
+    forget_premapped(it->second.pages);
     Timed timed(counts_.release_ns);
     for (auto h : it->second.pages) {
       if (!h) continue;  // released on its own earlier
@@ -256,31 +285,68 @@ class CudaBackend final : public Backend {
       if (mappings_.count(va + at)) throw BackendError("cuda backend: address already mapped");
     ContextGuard guard(context_);
     const Driver& d = driver();
+    // Pages made ahead at exactly their address here are mapped with access already; pages made ahead
+    // elsewhere, and any other page made ahead in the way, are unmapped from there first.
+    std::vector<char> ready(pages.size(), 0);
+    if (!premapped_.empty() || ahead_) {
+      for (std::size_t i = 0, at = 0; i < pages.size(); at += pages[i].second, ++i) {
+        auto it = premapped_.find(pages[i].first);
+        ready[i] = it != premapped_.end() && it->second == va + at;
+      }
+      std::unordered_set<CUmemGenericAllocationHandle> here, in_run;
+      for (std::size_t i = 0; i < pages.size(); ++i) (ready[i] ? here : in_run).insert(pages[i].first);
+      for (auto it = premapped_.begin(); it != premapped_.end();) {
+        const bool in_the_way = it->second >= va && it->second < va + run_bytes;
+        if (here.count(it->first) || (!in_run.count(it->first) && !in_the_way)) {
+          ++it;
+          continue;
+        }
+        d.cuMemUnmap(CUdeviceptr(it->second), granularity_);
+        ++counts_.driver_unmaps;
+        it = premapped_.erase(it);
+      }
+      clear_ahead(va, run_bytes);
+    }
     std::size_t mapped = 0, mapped_bytes = 0;
     CUresult r = CUDA_SUCCESS;
     {
       Timed timed(counts_.map_ns);
       while (mapped < pages.size()) {
         const auto [handle, size] = pages[mapped];
-        r = d.cuMemMap(CUdeviceptr(va + mapped_bytes), size, 0, handle, 0);
-        ++counts_.driver_maps;
-        if (r != CUDA_SUCCESS) break;
+        if (!ready[mapped]) {
+          r = d.cuMemMap(CUdeviceptr(va + mapped_bytes), size, 0, handle, 0);
+          ++counts_.driver_maps;
+          if (r != CUDA_SUCCESS) break;
+        }
         ++mapped;
         mapped_bytes += size;
       }
     }
     const char* failed = "cuMemMap";
-    if (r == CUDA_SUCCESS && mapped) {
-      Timed timed(counts_.access_ns);
-      r = d.cuMemSetAccess(CUdeviceptr(va), run_bytes, accesses_.data(), accesses_.size());
-      failed = "cuMemSetAccess";
-      ++counts_.access_sets;
+    // Access once per stretch of pages mapped here (the pages made ahead have theirs).
+    for (std::size_t i = 0, at = 0; r == CUDA_SUCCESS && i < mapped;) {
+      std::size_t end = i, bytes = 0;
+      while (end < mapped && !ready[end]) bytes += pages[end++].second;
+      if (bytes) {
+        Timed timed(counts_.access_ns);
+        r = d.cuMemSetAccess(CUdeviceptr(va + at), bytes, accesses_.data(), accesses_.size());
+        failed = "cuMemSetAccess";
+        ++counts_.access_sets;
+      }
+      at += bytes;
+      for (; end < mapped && ready[end]; ++end) at += pages[end].second;
+      i = end;
     }
     if (r != CUDA_SUCCESS) {
-      for (std::size_t i = 0, at = 0; i < mapped; at += pages[i].second, ++i) d.cuMemUnmap(CUdeviceptr(va + at), pages[i].second);
-      counts_.driver_unmaps += mapped;
-      check(r, failed);  // leaves no partial state
+      for (std::size_t i = 0, at = 0; i < mapped; at += pages[i].second, ++i)
+        if (!ready[i]) {
+          d.cuMemUnmap(CUdeviceptr(va + at), pages[i].second);
+          ++counts_.driver_unmaps;
+        }
+      check(r, failed);  // leaves no partial state (pages made ahead stay where they were)
     }
+    for (std::size_t i = 0; i < pages.size(); ++i)
+      if (ready[i]) premapped_.erase(pages[i].first);  // mapped for good now: unmap() removes them
     for (std::size_t i = 0, at = 0; i < calls.size(); at += calls[i].bytes, ++i)
       mappings_.emplace(va + at, MappedRange{calls[i].bytes, chunks_.at(calls[i].chunk).page});
     counts_.maps += calls.size();
@@ -293,9 +359,11 @@ class CudaBackend final : public Backend {
     Chunk& c = it->second;
     if (offset % c.page || bytes % c.page || (offset + bytes) / c.page > c.pages.size()) return false;
     ContextGuardNoThrow guard(context_);
+    drop_ahead();
     Timed timed(counts_.release_ns);
     for (std::size_t i = offset / c.page; i < (offset + bytes) / c.page; ++i) {
       if (!c.pages[i]) continue;
+      forget_premapped({c.pages[i]});
       driver().cuMemRelease(c.pages[i]);
       c.pages[i] = 0;
       ++counts_.driver_releases;
@@ -399,6 +467,105 @@ class CudaBackend final : public Backend {
     bool switched_ = false;
   };
 
+  // The driver calls of MapAhead's worker: this backend's device, properties and peers.
+  class AheadCalls final : public AheadDriver {
+   public:
+    explicit AheadCalls(const CudaBackend& b) : context_(b.context_), prop_(b.prop_), accesses_(b.accesses_) {}
+    void on_worker_start() override {
+      driver().cuCtxSetCurrent(context_);
+      int mode = CU_STREAM_CAPTURE_MODE_RELAXED;  // a graph captured elsewhere meanwhile stays valid
+      driver().cuThreadExchangeStreamCaptureMode(&mode);
+    }
+    bool create(std::uint64_t* handle, std::size_t page) override {
+      CUmemGenericAllocationHandle h = 0;
+      if (driver().cuMemCreate(&h, page, &prop_, 0) != CUDA_SUCCESS) return false;
+      *handle = h;
+      return true;
+    }
+    bool map(DevicePtr va, std::size_t page, std::uint64_t handle) override {
+      return driver().cuMemMap(CUdeviceptr(va), page, 0, handle, 0) == CUDA_SUCCESS;
+    }
+    bool set_access(DevicePtr va, std::size_t bytes) override {
+      return driver().cuMemSetAccess(CUdeviceptr(va), bytes, accesses_.data(), accesses_.size()) == CUDA_SUCCESS;
+    }
+    void unmap(DevicePtr va, std::size_t page) override { driver().cuMemUnmap(CUdeviceptr(va), page); }
+    void release(std::uint64_t handle) override { driver().cuMemRelease(handle); }
+
+   private:
+    CUcontext context_;
+    CUmemAllocationProp prop_;  // a copy: the worker never reads what the backend may change
+    std::vector<CUmemAccessDesc> accesses_;
+  };
+
+  // Appends `n` new pages to `pages` (spares of MapAhead first); on failure releases those it added and
+  // throws. When the device is full, pages made ahead are given back first and the call is tried again.
+  void create_pages(std::size_t n, std::size_t page, std::vector<CUmemGenericAllocationHandle>& pages) {
+    const std::size_t first = pages.size();
+    if (ahead_ && page == granularity_)
+      for (std::uint64_t h : ahead_->take_spare(n)) pages.push_back(h);
+    Timed timed(counts_.create_ns);
+    while (pages.size() < first + n) {
+      CUmemGenericAllocationHandle handle = 0;
+      CUresult r = driver().cuMemCreate(&handle, page, &prop_, 0);
+      ++counts_.driver_creates;
+      if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY && prop_.requestedHandleTypes != 0) {
+        prop_.requestedHandleTypes = 0;  // not shareable here: plain chunks from now on
+        r = driver().cuMemCreate(&handle, page, &prop_, 0);
+        ++counts_.driver_creates;
+      }
+      if (r == CUDA_ERROR_OUT_OF_MEMORY && ahead_ && ahead_->held()) {
+        drop_ahead();
+        r = driver().cuMemCreate(&handle, page, &prop_, 0);
+        ++counts_.driver_creates;
+      }
+      if (r != CUDA_SUCCESS) {
+        for (std::size_t i = first; i < pages.size(); ++i) driver().cuMemRelease(pages[i]);  // no partial state
+        counts_.driver_releases += pages.size() - first;
+        pages.resize(first);
+        check(r, "cuMemCreate");
+      }
+      pages.push_back(handle);
+    }
+  }
+
+  void note_ahead() noexcept {
+    counts_.ahead_pages = ahead_->pages_made();
+    counts_.ahead_ns = ahead_->worker_ns();
+    counts_.ahead_unused = ahead_->pages_unused();
+  }
+  // Pages made ahead in [va, va+bytes) unmapped before another use of those addresses (this thread's time).
+  void clear_ahead(DevicePtr va, std::size_t bytes) noexcept {
+    if (!ahead_) return;
+    Timed timed(counts_.unmap_ns);
+    counts_.driver_unmaps += ahead_->clear(va, bytes);
+  }
+  void drop_ahead() noexcept {
+    if (!ahead_) return;
+    ahead_->drop();
+    note_ahead();
+  }
+  // Pages taken from MapAhead but not mapped by the engine where they lie: unmapped from there.
+  void forget_premapped(const std::vector<CUmemGenericAllocationHandle>& pages) noexcept {
+    for (auto h : pages) {
+      auto it = premapped_.find(h);
+      if (it == premapped_.end()) continue;
+      driver().cuMemUnmap(CUdeviceptr(it->second), granularity_);
+      ++counts_.driver_unmaps;
+      premapped_.erase(it);
+    }
+  }
+  void forget_premapped_in(DevicePtr base, std::size_t bytes) noexcept {
+    for (auto it = premapped_.begin(); it != premapped_.end();) {
+      if (it->second < base || it->second >= base + bytes) {
+        ++it;
+        continue;
+      }
+      driver().cuMemUnmap(CUdeviceptr(it->second), granularity_);
+      ++counts_.driver_unmaps;
+      it = premapped_.erase(it);
+    }
+  }
+
   CUevent take_event() {  // caller holds a ContextGuard: events belong to the current context
     {
       std::lock_guard<std::mutex> lock(events_mutex_);
@@ -447,6 +614,12 @@ class CudaBackend final : public Backend {
   };
   std::unordered_map<ChunkHandle, Chunk> chunks_;
   ChunkHandle next_chunk_ = 1;
+  // Growth ahead of need (map_ahead): the worker's pages, and pages taken from it into a chunk that are
+  // still mapped where the worker put them (handle -> address) until map_run maps them there for good.
+  bool ahead_enabled_ = false;
+  std::unique_ptr<AheadCalls> ahead_calls_;
+  std::unique_ptr<MapAhead> ahead_;
+  std::unordered_map<CUmemGenericAllocationHandle, DevicePtr> premapped_;
   std::unordered_set<DevicePtr> plain_;
   std::mutex events_mutex_;
   std::vector<CUevent> free_events_;

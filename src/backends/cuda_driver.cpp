@@ -71,6 +71,7 @@ Loaded load(const char* path) {
   bind(lib, d.cuEventDestroy, "cuEventDestroy_v2", e);
   bind(lib, d.cuEventRecord, "cuEventRecord", e);
   bind(lib, d.cuEventQuery, "cuEventQuery", e);
+  bind(lib, d.cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode", e);
   if (!e.empty()) return out;  // the library stays loaded: unloading a driver mid-process is never safe
 
   CUresult r = d.cuInit(0);

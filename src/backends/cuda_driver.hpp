@@ -59,6 +59,7 @@ inline constexpr int CU_MEM_ALLOC_GRANULARITY_RECOMMENDED = 1;
 inline constexpr int CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1;
 inline constexpr int CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102;
 inline constexpr unsigned CU_EVENT_DISABLE_TIMING = 0x2;
+inline constexpr int CU_STREAM_CAPTURE_MODE_RELAXED = 2;
 
 // Function table. Every pointer is non-null once driver() returned.
 struct Driver {
@@ -102,6 +103,7 @@ struct Driver {
   CUresult (*cuEventDestroy)(CUevent event);
   CUresult (*cuEventRecord)(CUevent event, CUstream stream);
   CUresult (*cuEventQuery)(CUevent event);
+  CUresult (*cuThreadExchangeStreamCaptureMode)(int* mode);
 };
 
 // Loads libcuda.so.1 (or $GPUMEM_LIBCUDA) once and calls cuInit(0). Throws BackendUnavailableError with

@@ -1,5 +1,6 @@
 #include "gpumem/sim_backend.hpp"
 
+#include <algorithm>
 #include <string>
 
 namespace gpumem {
@@ -29,7 +30,51 @@ DevicePtr SimBackend::reserve(std::size_t bytes) {
   return base;
 }
 
-void SimBackend::release_range(DevicePtr, std::size_t) noexcept { ++counts_.range_releases; }
+void SimBackend::release_range(DevicePtr base, std::size_t bytes) noexcept {
+  drop_ahead(base, bytes);
+  ++counts_.range_releases;
+}
+
+void SimBackend::map_ahead(DevicePtr va, std::size_t bytes) {
+  const std::size_t g = options_.granularity;
+  const std::size_t n = std::min(bytes, std::size_t(64) << 20) / g;
+  if (!options_.map_ahead || !n || (ahead_pages_ && ahead_va_ == va)) return;
+  drop_ahead();
+  if (n * g > options_.capacity - used_) return;
+  ahead_va_ = va;
+  ahead_pages_ = n;
+  used_ += n * g;
+  counts_.ahead_pages += n;
+}
+
+ChunkHandle SimBackend::create_paged_chunk_at(std::size_t bytes, std::size_t page, DevicePtr va) {
+  const std::size_t g = options_.granularity;
+  std::size_t taken = 0;
+  if (page == g && va && va == ahead_va_) taken = std::min(ahead_pages_, bytes / g);
+  used_ -= taken * g;  // the chunk's now (create_paged_chunk counts them again)
+  ahead_pages_ -= taken;
+  ahead_va_ += taken * g;
+  try {
+    return create_paged_chunk(bytes, page);
+  } catch (...) {
+    used_ += taken * g;  // back to waiting, as they were
+    ahead_pages_ += taken;
+    ahead_va_ -= taken * g;
+    throw;
+  }
+}
+
+void SimBackend::drop_ahead(DevicePtr va, std::size_t bytes) noexcept {
+  const std::size_t g = options_.granularity;
+  const DevicePtr end = ahead_va_ + ahead_pages_ * g;
+  if (!ahead_pages_ || (bytes && (va >= end || ahead_va_ >= va + bytes))) return;
+  std::size_t n = ahead_pages_;
+  if (bytes && va <= ahead_va_ && va + bytes < end) n = (va + bytes - ahead_va_ + g - 1) / g;  // the front
+  ahead_pages_ -= n;
+  ahead_va_ += n * g;
+  used_ -= n * g;
+  counts_.ahead_unused += n;
+}
 
 ChunkHandle SimBackend::create_chunk(std::size_t bytes) { return create_paged_chunk(bytes, options_.granularity); }
 
@@ -52,6 +97,7 @@ ChunkHandle SimBackend::create_paged_chunk(std::size_t bytes, std::size_t page) 
 void SimBackend::release_chunk(ChunkHandle chunk) noexcept {
   auto it = chunks_.find(chunk);
   if (it == chunks_.end()) return;
+  drop_ahead();
   const Chunk c = it->second;
   std::size_t gone = 0;  // pages released on their own before
   for (auto p = released_pages_.lower_bound({chunk, 0}); p != released_pages_.end() && p->first == chunk;) {
@@ -67,6 +113,7 @@ void SimBackend::release_chunk(ChunkHandle chunk) noexcept {
 bool SimBackend::release_chunk_part(ChunkHandle chunk, std::size_t offset, std::size_t bytes) noexcept {
   auto it = chunks_.find(chunk);
   if (it == chunks_.end()) return false;
+  drop_ahead();
   const std::size_t g = it->second.page;
   if ((offset | bytes) % g || offset + bytes > it->second.bytes) return false;
   for (std::size_t at = offset; at < offset + bytes; at += g) {
@@ -98,6 +145,9 @@ void SimBackend::map(DevicePtr va, std::size_t bytes, ChunkHandle chunk, std::si
 
 void SimBackend::map_run(DevicePtr va, const std::vector<MapCall>& calls) {
   const std::uint64_t access_sets = counts_.access_sets;
+  std::size_t run = 0;
+  for (const MapCall& c : calls) run += c.bytes;
+  drop_ahead(va, run);
   Backend::map_run(va, calls);
   counts_.access_sets = access_sets + (calls.empty() ? 0 : 1);
 }

@@ -61,6 +61,8 @@ nlohmann::json to_json(const TraceInfo& t, const ReplayResult& r) {
       {"plain_frees", r.calls.plain_frees},
       {"driver_calls", r.calls.driver_calls()},
       {"access_sets", r.calls.access_sets},
+      {"ahead_pages", r.calls.ahead_pages},
+      {"ahead_unused", r.calls.ahead_unused},
       {"pytorch_segment_allocs", s.recorded_segment_allocs},
       {"peak_allocated", r.peak_allocated},
       {"ooms", r.ooms},
@@ -112,6 +114,10 @@ void print_table(const TraceInfo& t, const ReplayResult& r) {
                                   grouped(r.calls.driver_creates), grouped(r.calls.driver_maps),
                                   grouped(r.calls.access_sets)),
       "as CUDA would make them");
+  if (r.calls.ahead_pages)
+    row("made ahead", fmt::format("{} pages, {} unmapped again unused", grouped(r.calls.ahead_pages),
+                                  grouped(r.calls.ahead_unused)),
+        "on the CUDA backend's own thread");
   row("OOMs", grouped(r.ooms), "");
   row("parse", milliseconds(r.read_seconds), "");
   row("replay", fmt::format("{}, {:.0f} ns/event ({:.1f} M events/s)", milliseconds(r.seconds), r.ns_per_event(),
@@ -128,6 +134,7 @@ struct ReplayArgs {
   CLI::Option* page_option = nullptr;
   bool json = false;
   bool min_capacity = false;
+  bool map_ahead = false;
 };
 
 // The sim device models at most this much memory: beyond it sizes stop being realistic and sums overflow.
@@ -167,6 +174,7 @@ int replay_once(const ReplayArgs& args, TraceInfo& t, std::uint64_t capacity, st
   trace::ReplayOptions options;
   options.capacity = capacity;
   options.page = page;
+  options.map_ahead = args.map_ahead;
   const ReplayResult r = trace::replay(args.path, t, options);
   if (args.json) {
     print_json(to_json(t, r));
@@ -249,6 +257,9 @@ CommandRunner setup_replay(CLI::App& sub) {
                "Search (bisection at 2 MiB steps) the smallest capacity that replays without OOM and report it "
                "and its ratio to peak live; progress on stderr")
       ->excludes(cap);
+  sub.add_flag("--map-ahead", args->map_ahead,
+               "Count the pages the CUDA backend would make ahead of need on its own thread: made, and unmapped "
+               "unused (JSON keys ahead_pages, ahead_unused); they take the device's capacity while they wait");
   return [args] { return run_replay(*args); };
 }
 

@@ -205,6 +205,8 @@ DeviceStats Allocator::Impl::collect_stats(bool locks_held, std::size_t pools) {
   out.driver_access = driver(calls.access_sets, calls.access_ns);
   out.driver_unmap = driver(calls.driver_unmaps, calls.unmap_ns);
   out.driver_release = driver(calls.driver_releases, calls.release_ns);
+  out.ahead = driver(calls.ahead_pages, calls.ahead_ns);
+  out.ahead_unused = std::int64_t(calls.ahead_unused);
   out.driver_sync = driver(BackendCallCounts::load_shared(calls.syncs), BackendCallCounts::load_shared(calls.sync_ns));
   out.num_alloc_retries = alloc_retries.load();
   out.num_ooms = ooms.load();

@@ -133,13 +133,32 @@ Block* Arena::grow_virtual(std::size_t size) {
       }
     }
   } else {
-    gather(need, r->size - r->top, Keep{{tail, share.head, share.tail}}, pieces);
+    const std::int64_t chunks_before = physical_.device_allocs();
+    const std::size_t reserved_before = physical_.reserved();
+    made_at_ = kNoChunk;
+    gather(need, r->size - r->top, Keep{{tail, share.head, share.tail}}, pieces, share ? 0 : r->base + r->top);
     if (share) return map_shared_at_top(*r, tail, share, pieces);
+    Block* grown = map_at_top(*r, tail, pieces, made_at_);
+    const bool fresh = physical_.device_allocs() != chunks_before;
+    fresh_growths_ = fresh ? fresh_growths_ + 1 : 0;
+    if (fresh && fresh_growths_ >= 2 && !exact_growth_) map_ahead(*r, physical_.reserved() - reserved_before);
+    return grown;
   }
   return map_at_top(*r, tail, pieces);
 }
 
-void Arena::gather(std::size_t need, std::size_t room, Keep keep, std::vector<Piece>& pieces) {
+void Arena::map_ahead(const Region& r, std::size_t made) {
+  // As much as this growth made (growths come in runs of like size while a program ramps up), at least
+  // a quantum, at most 1/8 of what is reserved: the pages left over when the ramp ends are memory the
+  // reserved count does not show until used (empty_cache() gives them back). So not under a limit (it
+  // promises the device memory taken stays below it), nor for private pools (graph captures).
+  const std::size_t q = std::max(chunk_quantum(), std::min(made, physical_.reserved() / 8));
+  if (!align_blocks_ || !stitching_ || capturing() || physical_.limit()) return;
+  if (r.top + q + 2 * backend_.large_page() > r.size) return;
+  physical_.map_ahead(r.base + r.top, q);
+}
+
+void Arena::gather(std::size_t need, std::size_t room, Keep keep, std::vector<Piece>& pieces, DevicePtr at) {
   const std::size_t had = pieces.size();
   std::size_t got = physical_.take_pieces(need, pieces);
   // Stitch when memory is tight: most of what is reserved is in use, or the limit is near. With much
@@ -161,7 +180,7 @@ void Arena::gather(std::size_t need, std::size_t room, Keep keep, std::vector<Pi
     pieces.resize(had);
   };
   try {
-    create_for(need - got, room - std::min(room, got), pieces);
+    create_for(need - got, room - std::min(room, got), pieces, at);
   } catch (const OutOfMemoryError&) {
     if (!tight) stitch();  // the device is full: stitching is all that is left
     if (got < need) {
@@ -174,18 +193,18 @@ void Arena::gather(std::size_t need, std::size_t room, Keep keep, std::vector<Pi
   }
 }
 
-void Arena::create_for(std::size_t want, std::size_t room, std::vector<Piece>& out) {
+void Arena::create_for(std::size_t want, std::size_t room, std::vector<Piece>& out, DevicePtr at) {
   std::size_t chunk = std::max(want, std::min(chunk_quantum(), room));
   if (physical_.would_exceed_limit(chunk)) chunk = want;
   try {
-    create_paged(chunk, want, out);
+    create_paged(chunk, want, out, at);
   } catch (const OutOfMemoryError&) {
     if (chunk == want) throw;
-    create_paged(want, want, out);
+    create_paged(want, want, out, at);
   }
 }
 
-void Arena::create_paged(std::size_t bytes, std::size_t want, std::vector<Piece>& out) {
+void Arena::create_paged(std::size_t bytes, std::size_t want, std::vector<Piece>& out, DevicePtr at) {
   // Every physical page costs the same driver time whatever its size (BENCHMARKS.md), but memory splits,
   // is lent and is given back only in whole pages. So large pages only for growth asked by a request of
   // at least kLargePageRequest of them (a large page left partly used then wastes at most an eighth of
@@ -200,7 +219,8 @@ void Arena::create_paged(std::size_t bytes, std::size_t want, std::vector<Piece>
   const std::size_t past_share = after > share ? std::min(bytes, after - share) : 0;
   const std::size_t bulk = want >= kLargePageRequest * large ? past_share / large * large : 0;
   if (bulk == 0 || bulk == bytes) {
-    out.push_back(physical_.create_chunk(bytes, small_, bulk ? large : granularity_));
+    out.push_back(physical_.create_chunk(bytes, small_, bulk ? large : granularity_, bulk ? 0 : at));
+    if (at && !bulk) made_at_ = out.back().chunk;
     return;
   }
   Piece pages = physical_.create_chunk(bulk, small_, large);
@@ -213,18 +233,20 @@ void Arena::create_paged(std::size_t bytes, std::size_t want, std::vector<Piece>
   out.push_back(pages);
 }
 
-Block* Arena::map_at_top(Region& r, Block* tail, std::vector<Piece>& pieces) {
+Block* Arena::map_at_top(Region& r, Block* tail, std::vector<Piece>& pieces, std::size_t front_chunk) {
   const DevicePtr at = r.base + r.top;
-  const std::size_t mapped = map_pieces(at, pieces);
+  const std::size_t mapped = map_pieces(at, pieces, nullptr, nullptr, front_chunk);
   hub_.emit(EventKind::segment_map, at, mapped, 0, stream_);
   return extend_top(r, tail, mapped);
 }
 
-std::size_t Arena::map_pieces(DevicePtr at, std::vector<Piece>& pieces, const Piece* first, const Piece* last) {
+std::size_t Arena::map_pieces(DevicePtr at, std::vector<Piece>& pieces, const Piece* first, const Piece* last,
+                              std::size_t front_chunk) {
   // One mapping per page (or per map_unit_bytes), so that empty_cache() can give back any page that
   // holds no live byte; one map_run for all of them, so access is granted once (the costly driver call).
   // The order of pieces under the new addresses does not matter: sorted, neighbours in a chunk merge.
-  std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) {
+  std::sort(pieces.begin(), pieces.end(), [front_chunk](const Piece& a, const Piece& b) {
+    if ((a.chunk == front_chunk) != (b.chunk == front_chunk)) return a.chunk == front_chunk;
     return a.chunk != b.chunk ? a.chunk < b.chunk : a.offset < b.offset;
   });
   std::vector<Piece> runs;

@@ -169,8 +169,9 @@ class Arena {
   // Maps pieces from `at`, one mapping per page (empty_cache gives back single pages), access granted
   // once; records the mappings. Gives the pieces back to the physical pool if mapping fails. `first` and
   // `last` (pages mapped elsewhere too, see SharePlan) go before and after them.
+  // `front_chunk`: that chunk's pieces go first (pages made ahead at `at`, see create_paged).
   std::size_t map_pieces(DevicePtr at, std::vector<Piece>& pieces, const Piece* first = nullptr,
-                         const Piece* last = nullptr);
+                         const Piece* last = nullptr, std::size_t front_chunk = kNoChunk);
   // Page placement (large arenas over virtual memory): a request of whole pages gets whole pages, so
   // that once it is freed they can be stitched elsewhere or given back. Packed at any 512-byte address
   // it would straddle one page more, and every free range it leaves would keep a part-page at each
@@ -212,7 +213,8 @@ class Arena {
   // Pages for growth by `need` bytes, at most `room`: mapped nowhere, then (when memory is tight)
   // lent from free ranges outside `keep`, then new chunks. Returns with at least `need` bytes more in
   // `pieces`, or throws OutOfMemoryError having added nothing.
-  void gather(std::size_t need, std::size_t room, Keep keep, std::vector<Piece>& pieces);
+  // `at`: where the pieces will be mapped (the top), so that new pages may be ones made ahead there.
+  void gather(std::size_t need, std::size_t room, Keep keep, std::vector<Piece>& pieces, DevicePtr at = 0);
   void collect_physical(DevicePtr start, std::size_t bytes, std::vector<Piece>& out) const;
   // Unmaps one mapping (reported as segment_unmap) and forgets it; returns the next.
   std::map<DevicePtr, Mapping>::iterator unmap_mapping(std::map<DevicePtr, Mapping>::iterator it) noexcept;
@@ -221,11 +223,18 @@ class Arena {
   Region* region_of(DevicePtr p) const noexcept;
   Block* block_containing(const Region& r, DevicePtr p) const noexcept;
   bool covered(DevicePtr start, std::size_t bytes) const;
-  Block* map_at_top(Region& r, Block* tail, std::vector<Piece>& pieces);
+  Block* map_at_top(Region& r, Block* tail, std::vector<Piece>& pieces, std::size_t front_chunk = kNoChunk);
   // New chunks of at least `want` bytes in all (a growth quantum if it fits in `room` and the limit),
   // added to `out`.
-  void create_for(std::size_t want, std::size_t room, std::vector<Piece>& out);
-  void create_paged(std::size_t bytes, std::size_t want, std::vector<Piece>& out);
+  void create_for(std::size_t want, std::size_t room, std::vector<Piece>& out, DevicePtr at);
+  void create_paged(std::size_t bytes, std::size_t want, std::vector<Piece>& out, DevicePtr at);
+  // After growths at the top that made new pages (`made` bytes this time) for a new high of demand: the
+  // next such growth will likely come at the new top, so the backend may make its pages ahead there
+  // (Backend::map_ahead).
+  void map_ahead(const Region& r, std::size_t made);
+  static constexpr std::size_t kNoChunk = ~std::size_t(0);
+  std::size_t made_at_ = kNoChunk;
+  std::size_t fresh_growths_ = 0;  // growths at the top in a row that made new pages  // the chunk create_paged made for the address gather() was given
   // Physical memory splits only between mappings (one physical page each): page_floor(p) is the start
   // of the mapping that holds p, page_ceil(p) its end unless p starts it; p itself outside mappings.
   DevicePtr page_floor(DevicePtr p) const;

@@ -79,11 +79,11 @@ void PhysicalMemory::count_segment(std::size_t bytes, bool small_pool, bool adde
   else ++device_frees_;
 }
 
-Piece PhysicalMemory::create_chunk(std::size_t bytes, bool small_pool, std::size_t page) {
+Piece PhysicalMemory::create_chunk(std::size_t bytes, bool small_pool, std::size_t page, DevicePtr at) {
   if (would_exceed_limit(bytes))
     throw OutOfMemoryError("the allocator's limit of " + format_bytes(limit_) + " would be crossed (" +
                            format_bytes(reserved_) + " reserved, " + format_bytes(bytes) + " more needed)");
-  ChunkHandle handle = backend_.create_paged_chunk(bytes, page);
+  ChunkHandle handle = at ? backend_.create_paged_chunk_at(bytes, page, at) : backend_.create_paged_chunk(bytes, page);
   std::size_t index;
   if (!dead_chunk_slots_.empty()) {
     index = dead_chunk_slots_.back();

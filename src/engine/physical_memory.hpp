@@ -42,7 +42,10 @@ class PhysicalMemory {
   void give_piece(const Piece& piece);
   // A new chunk from the device in pages of `page` bytes (Backend::create_paged_chunk), entirely in the
   // returned piece. Throws OutOfMemoryError when the limit or the device has no room; nothing changes then.
-  Piece create_chunk(std::size_t bytes, bool small_pool, std::size_t page);
+  // `at`: where the caller will map it (Backend::create_paged_chunk_at: pages made ahead there), or 0.
+  Piece create_chunk(std::size_t bytes, bool small_pool, std::size_t page, DevicePtr at = 0);
+  // The next chunk will likely be mapped from `at` on (Backend::map_ahead).
+  void map_ahead(DevicePtr at, std::size_t bytes) { backend_.map_ahead(at, bytes); }
   // Gives every free piece back to the device: whole chunks that nothing maps any more, and the pages of
   // the others where the backend can release part of a chunk. Returns the bytes given back.
   std::size_t release_unused_chunks();

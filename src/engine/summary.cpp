@@ -94,6 +94,9 @@ std::map<std::string, std::int64_t> DeviceStats::as_map() const {
     out[std::string("gpumem.driver.") + kind + ".calls"] = d->calls;
     out[std::string("gpumem.driver.") + kind + ".us"] = d->ns / 1000;
   }
+  out["gpumem.ahead.pages"] = ahead.calls;
+  out["gpumem.ahead.us"] = ahead.ns / 1000;
+  out["gpumem.ahead.unused"] = ahead_unused;
   return out;
 }
 

@@ -54,6 +54,7 @@ class Player {
     sim.capacity = options.capacity;
     sim.granularity = std::min(options.page, kReplayGranule);
     sim.large_page = options.page;
+    sim.map_ahead = options.map_ahead;
     backend_ = std::make_shared<SimBackend>(sim);
     allocator_ = std::make_unique<Allocator>(backend_);
     allocator_->set_error_handler([this](const std::string&) { ++r_.invalid_frees; });
