@@ -150,7 +150,9 @@ def main(argv):
             for k in ("create", "map", "access", "unmap", "release", "sync")) +
             f"; made ahead on gpumem's own thread: {r['runs']['gpumem'][-1]['ahead'].get('pages', 0)} pages / "
             f"{r['runs']['gpumem'][-1]['ahead'].get('us', 0) / 1e3:.1f} ms, "
-            f"{r['runs']['gpumem'][-1]['ahead'].get('unused', 0)} unmapped unused")
+            f"{r['runs']['gpumem'][-1]['ahead'].get('unused', 0)} unmapped unused, held at most "
+            f"{r['runs']['gpumem'][-1]['ahead'].get('held_peak_bytes', 0) / 2**20:.0f} MiB "
+            f"({r['runs']['gpumem'][-1]['ahead'].get('held_bytes', 0) / 2**20:.0f} at the end)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f)

@@ -67,6 +67,9 @@ struct BackendCallCounts {
   // the time its driver calls took there (not the program's), and how often a page made ahead had to be
   // unmapped again unused (mispredictions; such pages are used again as spares).
   std::uint64_t ahead_pages = 0, ahead_ns = 0, ahead_unused = 0;
+  // Bytes of such pages held now (waiting to be used, or spare) and at most: device memory the
+  // allocator's reserved count does not show.
+  std::uint64_t ahead_held_bytes = 0, ahead_held_peak_bytes = 0;
   // Calls that acquire or give back physical memory or change mappings: what "device calls" reports.
   std::uint64_t device_calls() const {
     return creates + maps + unmaps + chunk_releases + plain_allocs + plain_frees;
@@ -115,6 +118,7 @@ class Backend {
   // chunk the caller will map from `va` on, in its pages' order: pages prepared there come already mapped,
   // and map_run() at their own addresses then only records them. Correct whatever the caller does next
   // (any other use of those addresses removes the prepared pages first); only the time differs.
+  // map_ahead(0, 0): no growth is expected (the program stopped growing): give back what was prepared.
   virtual void map_ahead(DevicePtr /*va*/, std::size_t /*bytes*/) {}
   virtual ChunkHandle create_paged_chunk_at(std::size_t bytes, std::size_t page, DevicePtr /*va*/) {
     return create_paged_chunk(bytes, page);

@@ -70,6 +70,7 @@ struct DeviceStats {
   // time), and how often one was unmapped again unused.
   DriverCalls ahead;
   std::int64_t ahead_unused = 0;
+  std::int64_t ahead_held_bytes = 0, ahead_held_peak_bytes = 0;  // device memory reserved bytes do not show
 
   // Flat "key.pool.metric" -> value, exactly the keys torch.cuda.memory_stats() returns.
   std::map<std::string, std::int64_t> as_map() const;

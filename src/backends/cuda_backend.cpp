@@ -164,6 +164,10 @@ class CudaBackend final : public Backend {
   // Growth ahead of need (backend.hpp): granule pages only, inside one reserved range, up to 64 MiB.
   void map_ahead(DevicePtr va, std::size_t bytes) override {
     if (!ahead_enabled_ || mode_ != CudaMemoryMode::virtual_memory) return;
+    if (!va || !bytes) {
+      if (ahead_) ahead_->give_back();  // on its thread, like the making
+      return;
+    }
     bytes = std::min(bytes, kMostAhead) / granularity_ * granularity_;
     bool inside = false;
     for (const auto& [base, size] : ranges_) inside = inside || (va >= base && va + bytes <= base + size);
@@ -532,6 +536,8 @@ class CudaBackend final : public Backend {
     counts_.ahead_pages = ahead_->pages_made();
     counts_.ahead_ns = ahead_->worker_ns();
     counts_.ahead_unused = ahead_->pages_unused();
+    counts_.ahead_held_bytes = ahead_->pages_held() * granularity_;
+    counts_.ahead_held_peak_bytes = ahead_->pages_held_peak() * granularity_;
   }
   // Pages made ahead in [va, va+bytes) unmapped before another use of those addresses (this thread's time).
   void clear_ahead(DevicePtr va, std::size_t bytes) noexcept {

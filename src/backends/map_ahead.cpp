@@ -6,10 +6,6 @@
 #include <chrono>
 
 namespace gpumem {
-namespace {
-constexpr std::size_t kMostSpareBytes = std::size_t(64) << 20;  // one run's worth, see spare_
-}
-
 MapAhead::~MapAhead() {
   if (forked()) {  // the worker is the parent's (and may have held the lock at the fork): never joined,
     new (&worker_) std::thread();  // the child's copy of its handle is forgotten (exit follows)
@@ -22,6 +18,13 @@ MapAhead::~MapAhead() {
   lock.unlock();
   wake_.notify_all();
   if (worker_.joinable()) worker_.join();
+}
+
+void MapAhead::count_held(std::int64_t pages) noexcept {
+  const std::uint64_t now = held_pages_.fetch_add(std::uint64_t(pages), std::memory_order_relaxed) + std::uint64_t(pages);
+  std::uint64_t peak = held_peak_.load(std::memory_order_relaxed);
+  while (now > peak && !held_peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
 }
 
 bool MapAhead::forked() const noexcept {
@@ -47,7 +50,21 @@ void MapAhead::prepare(DevicePtr va, std::size_t bytes) {
   // Pages waiting elsewhere (growth went on without them): the worker unmaps them and maps them here.
   // Nothing maps at their old addresses meanwhile: take() and clear() wait for the worker first.
   busy_ = true;
-  job_ = Job{va, pages, va_, pages_.size()};
+  job_ = Job{va, pages, va_, pages_.size(), false};
+  last_run_ = pages;
+  pages_unused_.fetch_add(pages_.size(), std::memory_order_relaxed);
+  spare_.insert(spare_.end(), pages_.begin(), pages_.end());
+  pages_.clear();
+  lock.unlock();
+  wake_.notify_one();
+}
+
+void MapAhead::give_back() {
+  if (forked()) return;
+  std::unique_lock lock(mutex_);
+  if (busy_ || stopping_ || (pages_.empty() && spare_.empty())) return;
+  busy_ = true;
+  job_ = Job{0, 0, va_, pages_.size(), true};
   pages_unused_.fetch_add(pages_.size(), std::memory_order_relaxed);
   spare_.insert(spare_.end(), pages_.begin(), pages_.end());
   pages_.clear();
@@ -59,7 +76,7 @@ void MapAhead::run_worker() {
   driver_.on_worker_start();
   std::unique_lock lock(mutex_);
   while (true) {
-    while (!stopping_ && !(busy_ && job_.pages)) wake_.wait_for(lock, std::chrono::milliseconds(100));
+    while (!stopping_ && !(busy_ && (job_.pages || job_.give_back))) wake_.wait_for(lock, std::chrono::milliseconds(100));
     if (stopping_) return;
     const Job job = job_;
     job_ = Job{};
@@ -74,6 +91,16 @@ void MapAhead::run_worker() {
 void MapAhead::make_run(const Job& job) {
   const auto t0 = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < job.old_pages; ++i) driver_.unmap(job.old_va + i * page_, page_);
+  if (job.give_back) {
+    std::vector<std::uint64_t> spares;
+    {
+      std::lock_guard lock(mutex_);
+      spares.swap(spare_);
+    }
+    for (std::uint64_t h : spares) driver_.release(h);
+    count_held(-std::int64_t(spares.size()));
+    return;
+  }
   std::vector<std::uint64_t> made;
   {
     std::lock_guard lock(mutex_);  // the spare pages first: made before, unmapped since
@@ -87,6 +114,7 @@ void MapAhead::make_run(const Job& job) {
     std::uint64_t h = 0;
     ok = driver_.create(&h, page_);
     if (ok) made.push_back(h);
+    if (ok) count_held(1);
   }
   std::size_t mapped = 0;
   for (; ok && mapped < made.size(); ++mapped) ok = driver_.map(job.va + mapped * page_, page_, made[mapped]);
@@ -94,6 +122,7 @@ void MapAhead::make_run(const Job& job) {
   if (!ok) {  // device full or refused: nothing waits, the program's own growth makes its pages
     for (std::size_t i = 0; i < mapped; ++i) driver_.unmap(job.va + i * page_, page_);
     for (std::uint64_t h : made) driver_.release(h);
+    count_held(-std::int64_t(made.size()));
     made.clear();
   }
   worker_ns_.fetch_add(std::uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -115,6 +144,7 @@ std::vector<std::uint64_t> MapAhead::take(DevicePtr va, std::size_t n) {
   std::vector<std::uint64_t> out(pages_.begin(), pages_.begin() + std::ptrdiff_t(n));
   pages_.erase(pages_.begin(), pages_.begin() + std::ptrdiff_t(n));
   va_ += n * page_;
+  count_held(-std::int64_t(n));
   return out;
 }
 
@@ -124,6 +154,7 @@ std::vector<std::uint64_t> MapAhead::take_spare(std::size_t n) {
   n = std::min(n, spare_.size());
   std::vector<std::uint64_t> out(spare_.end() - std::ptrdiff_t(n), spare_.end());
   spare_.resize(spare_.size() - n);
+  count_held(-std::int64_t(n));
   return out;
 }
 
@@ -143,9 +174,10 @@ std::size_t MapAhead::clear(DevicePtr va, std::size_t bytes) {
   pages_.erase(pages_.begin(), pages_.begin() + std::ptrdiff_t(n));
   va_ += n * page_;
   pages_unused_.fetch_add(n, std::memory_order_relaxed);
-  while (spare_.size() * page_ > kMostSpareBytes) {
+  while (spare_.size() > last_run_) {  // no more spares than one run: they are memory nothing shows
     driver_.release(spare_.back());
     spare_.pop_back();
+    count_held(-1);
   }
   return n;
 }
@@ -162,6 +194,7 @@ void MapAhead::drop_locked() {
   for (std::size_t i = 0; i < pages_.size(); ++i) driver_.unmap(va_ + i * page_, page_);
   for (std::uint64_t h : pages_) driver_.release(h);
   for (std::uint64_t h : spare_) driver_.release(h);
+  count_held(-std::int64_t(pages_.size() + spare_.size()));
   pages_.clear();
   spare_.clear();
 }

@@ -19,10 +19,12 @@
 //    waiting pages there are unmapped (when they are the run's front, the rest waits on) and kept as
 //    spares, unmapped, for the next run or take_spare() (creating a page costs as much as unmapping one).
 //  - take_spare(n): up to n spare pages (unmapped; the caller owns them).
+//  - give_back(): the worker unmaps and releases every waiting and spare page (the program stopped
+//    growing); like prepare(), ignored while a run is under way.
 //  - drop(): every waiting and spare page unmapped and released (memory given back, a failed create,
 //    the end).
 //  - Pages waiting or spare are device memory the allocator's reserved count does not show until
-//    taken: a run is at most 64 MiB, and so are the spares.
+//    taken: one run at most (the caller sizes it; the CUDA backend caps it at 64 MiB) and as many spares.
 // Thread-safety: prepare, take, clear and drop are called one at a time (the backend's calls are
 // serialized by the engine); the worker's driver calls touch only its own pages and addresses. A forked
 // child never waits for its parent's worker.
@@ -61,6 +63,7 @@ class MapAhead {
   void prepare(DevicePtr va, std::size_t bytes);
   std::vector<std::uint64_t> take(DevicePtr va, std::size_t n);
   std::vector<std::uint64_t> take_spare(std::size_t n);
+  void give_back();
   std::size_t clear(DevicePtr va, std::size_t bytes);  // returns the pages it unmapped
   void drop();
 
@@ -73,6 +76,9 @@ class MapAhead {
   std::uint64_t worker_ns() const noexcept { return worker_ns_.load(std::memory_order_relaxed); }
   // Pages made ahead and unmapped again unused (mispredictions; most are used again as spares).
   std::uint64_t pages_unused() const noexcept { return pages_unused_.load(std::memory_order_relaxed); }
+  // Pages held now (waiting, spare or being made) and at most so far: memory no reserved count shows.
+  std::uint64_t pages_held() const noexcept { return held_pages_.load(std::memory_order_relaxed); }
+  std::uint64_t pages_held_peak() const noexcept { return held_peak_.load(std::memory_order_relaxed); }
 
  private:
   struct Job {
@@ -80,6 +86,7 @@ class MapAhead {
     std::size_t pages = 0;
     DevicePtr old_va = 0;  // the pages that waited elsewhere, to unmap first (now in spare_)
     std::size_t old_pages = 0;
+    bool give_back = false;  // then no run: the old pages and every spare are released
   };
   void run_worker();
   void make_run(const Job& job);
@@ -87,6 +94,7 @@ class MapAhead {
   void wait_idle(std::unique_lock<std::mutex>& lock);
   void drop_locked();
   bool forked() const noexcept;
+  void count_held(std::int64_t pages) noexcept;
 
   AheadDriver& driver_;
   const std::size_t page_;
@@ -100,7 +108,8 @@ class MapAhead {
   DevicePtr va_ = 0;                  // where the waiting pages start
   std::vector<std::uint64_t> pages_;  // waiting, in address order from va_
   std::vector<std::uint64_t> spare_;  // made, mapped nowhere
-  std::atomic<std::uint64_t> pages_made_{0}, worker_ns_{0}, pages_unused_{0};
+  std::size_t last_run_ = 0;          // pages of the last run asked for: the most spares kept
+  std::atomic<std::uint64_t> pages_made_{0}, worker_ns_{0}, pages_unused_{0}, held_pages_{0}, held_peak_{0};
 };
 
 }  // namespace gpumem

@@ -38,8 +38,9 @@ void SimBackend::release_range(DevicePtr base, std::size_t bytes) noexcept {
 void SimBackend::map_ahead(DevicePtr va, std::size_t bytes) {
   const std::size_t g = options_.granularity;
   const std::size_t n = std::min(bytes, std::size_t(64) << 20) / g;
-  if (!options_.map_ahead || !n || (ahead_pages_ && ahead_va_ == va)) return;
+  if (!options_.map_ahead || (n && ahead_pages_ && ahead_va_ == va)) return;
   drop_ahead();
+  if (!va || !n) return;  // map_ahead(0, 0): given back
   if (n * g > options_.capacity - used_) return;
   ahead_va_ = va;
   ahead_pages_ = n;

@@ -207,6 +207,8 @@ DeviceStats Allocator::Impl::collect_stats(bool locks_held, std::size_t pools) {
   out.driver_release = driver(calls.driver_releases, calls.release_ns);
   out.ahead = driver(calls.ahead_pages, calls.ahead_ns);
   out.ahead_unused = std::int64_t(calls.ahead_unused);
+  out.ahead_held_bytes = std::int64_t(calls.ahead_held_bytes);
+  out.ahead_held_peak_bytes = std::int64_t(calls.ahead_held_peak_bytes);
   out.driver_sync = driver(BackendCallCounts::load_shared(calls.syncs), BackendCallCounts::load_shared(calls.sync_ns));
   out.num_alloc_retries = alloc_retries.load();
   out.num_ooms = ooms.load();

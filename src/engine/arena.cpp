@@ -65,7 +65,15 @@ Block* Arena::find_aligned(Block* fit, std::size_t size) const noexcept {
 
 Block* Arena::grow(std::size_t size) {
   bool plain = config_.force_plain || !backend_.supports_virtual_memory();
-  return plain ? grow_plain(size) : grow_virtual(size);
+  if (plain) return grow_plain(size);
+  Block* b = grow_virtual(size);
+  if (exact_growth_ && align_blocks_ && stitching_) {
+    // Fragmentation, not a new high: the program has stopped growing (for now), so pages made ahead
+    // for its growth go back rather than sit unseen (see map_ahead).
+    std::lock_guard lock(physical_.mutex());
+    physical_.map_ahead(0, 0);
+  }
+  return b;
 }
 
 Region& Arena::new_region(std::size_t min_bytes) {

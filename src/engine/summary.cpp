@@ -97,6 +97,8 @@ std::map<std::string, std::int64_t> DeviceStats::as_map() const {
   out["gpumem.ahead.pages"] = ahead.calls;
   out["gpumem.ahead.us"] = ahead.ns / 1000;
   out["gpumem.ahead.unused"] = ahead_unused;
+  out["gpumem.ahead.held_bytes"] = ahead_held_bytes;
+  out["gpumem.ahead.held_peak_bytes"] = ahead_held_peak_bytes;
   return out;
 }
 

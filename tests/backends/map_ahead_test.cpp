@@ -91,6 +91,8 @@ TEST(MapAhead, PagesTakenLieMappedAtTheirAddressesWithAccess) {
     EXPECT_EQ(rest.size(), 5u);
     EXPECT_EQ(ahead.waiting(), 0u);
     EXPECT_EQ(ahead.pages_made(), 8u);
+    EXPECT_EQ(ahead.pages_held(), 0u) << "the caller's now";
+    EXPECT_EQ(ahead.pages_held_peak(), 8u);
     d.give_back(kBase, first);
     d.give_back(kBase + 3 * kPage, rest);
   }
@@ -114,6 +116,7 @@ TEST(MapAhead, ClearUnmapsTheFrontOrEverythingInTheWayAndKeepsThePagesAsSpares) 
   EXPECT_TRUE(d.mapped.empty());
   EXPECT_EQ(ahead.pages_unused(), 6u);
   EXPECT_EQ(ahead.held(), 6u) << "unmapped, kept for the next pages";
+  EXPECT_EQ(ahead.pages_held(), 6u);
   EXPECT_EQ(d.live.size(), 6u);
   auto spares = ahead.take_spare(2);  // a caller's own growth takes two of them, unmapped
   EXPECT_EQ(spares.size(), 2u);
@@ -121,10 +124,28 @@ TEST(MapAhead, ClearUnmapsTheFrontOrEverythingInTheWayAndKeepsThePagesAsSpares) 
   EXPECT_EQ(ahead.waiting(), 8u);
   EXPECT_EQ(d.created, 10u) << "4 spares used again, 4 new pages";
   EXPECT_EQ(ahead.pages_made(), 10u);
+  EXPECT_EQ(ahead.pages_held(), 8u);
+  EXPECT_EQ(ahead.held(), 8u) << "no spare is left over";
   for (auto h : spares) d.release(h);
   ahead.drop();
   EXPECT_TRUE(d.live.empty());
   EXPECT_TRUE(d.mapped.empty());
+  EXPECT_EQ(ahead.pages_held(), 0u);
+}
+
+TEST(MapAhead, GiveBackReleasesWhatWaitsAndTheSparesOnTheWorker) {
+  FakeDriver d;
+  MapAhead ahead(d, kPage);
+  ahead.prepare(kBase, 6 * kPage);
+  ahead.clear(kBase, 2 * kPage);  // two spares, four waiting
+  ASSERT_EQ(ahead.held(), 6u);
+  ahead.give_back();
+  EXPECT_EQ(ahead.held(), 0u);
+  EXPECT_EQ(ahead.pages_held(), 0u);
+  EXPECT_TRUE(d.live.empty());
+  EXPECT_TRUE(d.mapped.empty());
+  ahead.prepare(kBase + 6 * kPage, 2 * kPage);  // and it makes pages again afterwards
+  EXPECT_EQ(ahead.take(kBase + 6 * kPage, 2).size(), 2u);
 }
 
 TEST(MapAhead, APrepareElsewhereMovesWhatWaitsAndOneAtTheSamePlaceKeepsIt) {
