@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 namespace gpumem::engine {
 namespace {
@@ -66,7 +67,19 @@ Block* Arena::find_aligned(Block* fit, std::size_t size) const noexcept {
 Block* Arena::grow(std::size_t size) {
   bool plain = config_.force_plain || !backend_.supports_virtual_memory();
   if (plain) return grow_plain(size);
+  const Region* last = regions_.empty() ? nullptr : regions_.back().get();
+  const std::size_t top_before = last ? last->top : 0;
+  made_at_ = kNoChunk;
+  made_at_bytes_ = 0;
   Block* b = grow_virtual(size);
+  if (last && last->top > top_before && ahead_run_) {
+    // What of the pages asked ahead at the old top this growth used (new pages made there) and what it
+    // mapped other pages over (the backend unmaps those unused): see map_ahead.
+    const std::size_t over = std::min(ahead_run_, last->top - top_before), used = std::min(over, made_at_bytes_);
+    ahead_used_ += used;
+    ahead_wasted_ += over - used;
+    ahead_run_ -= over;
+  }
   if (exact_growth_ && align_blocks_ && stitching_) {
     // Fragmentation, not a new high: the program has stopped growing (for now), so pages made ahead
     // for its growth go back rather than sit unseen (see map_ahead).
@@ -143,7 +156,6 @@ Block* Arena::grow_virtual(std::size_t size) {
   } else {
     const std::int64_t chunks_before = physical_.device_allocs();
     const std::size_t reserved_before = physical_.reserved();
-    made_at_ = kNoChunk;
     gather(need, r->size - r->top, Keep{{tail, share.head, share.tail}}, pieces, share ? 0 : r->base + r->top);
     if (share) return map_shared_at_top(*r, tail, share, pieces);
     Block* grown = map_at_top(*r, tail, pieces, made_at_);
@@ -160,10 +172,13 @@ void Arena::map_ahead(const Region& r, std::size_t made) {
   // a quantum, at most 1/8 of what is reserved: the pages left over when the ramp ends are memory the
   // reserved count does not show until used (empty_cache() gives them back). So not under a limit (it
   // promises the device memory taken stays below it), nor for private pools (graph captures).
+  // Where growths at the top mostly map other pages (stitched ones) over those made ahead instead of
+  // using them, none are asked (each such page costs an unmap on the allocating thread).
   const std::size_t q = std::max(chunk_quantum(), std::min(made, physical_.reserved() / 8));
   if (!align_blocks_ || !stitching_ || capturing() || physical_.limit()) return;
-  if (r.top + q + 2 * backend_.large_page() > r.size) return;
+  if (r.top + q + 2 * backend_.large_page() > r.size || ahead_wasted_ > ahead_used_ + q) return;
   physical_.map_ahead(r.base + r.top, q);
+  ahead_run_ = q;
 }
 
 void Arena::gather(std::size_t need, std::size_t room, Keep keep, std::vector<Piece>& pieces, DevicePtr at) {
@@ -228,7 +243,10 @@ void Arena::create_paged(std::size_t bytes, std::size_t want, std::vector<Piece>
   const std::size_t bulk = want >= kLargePageRequest * large ? past_share / large * large : 0;
   if (bulk == 0 || bulk == bytes) {
     out.push_back(physical_.create_chunk(bytes, small_, bulk ? large : granularity_, bulk ? 0 : at));
-    if (at && !bulk) made_at_ = out.back().chunk;
+    if (at && !bulk) {
+      made_at_ = out.back().chunk;
+      made_at_bytes_ = bytes;
+    }
     return;
   }
   Piece pages = physical_.create_chunk(bulk, small_, large);

@@ -234,7 +234,10 @@ class Arena {
   void map_ahead(const Region& r, std::size_t made);
   static constexpr std::size_t kNoChunk = ~std::size_t(0);
   std::size_t made_at_ = kNoChunk;
-  std::size_t fresh_growths_ = 0;  // growths at the top in a row that made new pages  // the chunk create_paged made for the address gather() was given
+  std::size_t fresh_growths_ = 0;  // growths at the top in a row that made new pages
+  std::size_t made_at_bytes_ = 0;  // its bytes
+  std::size_t ahead_run_ = 0;      // bytes asked ahead at the top not yet grown over
+  std::size_t ahead_used_ = 0, ahead_wasted_ = 0;  // bytes asked ahead that growth used / mapped over  // the chunk create_paged made for the address gather() was given
   // Physical memory splits only between mappings (one physical page each): page_floor(p) is the start
   // of the mapping that holds p, page_ceil(p) its end unless p starts it; p itself outside mappings.
   DevicePtr page_floor(DevicePtr p) const;
