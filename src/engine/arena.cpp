@@ -71,14 +71,17 @@ Block* Arena::grow(std::size_t size) {
   const std::size_t top_before = last ? last->top : 0;
   made_at_ = kNoChunk;
   made_at_bytes_ = 0;
+  const std::size_t run = std::exchange(ahead_run_, 0);  // asked ahead before this growth
   Block* b = grow_virtual(size);
-  if (last && last->top > top_before && ahead_run_) {
+  if (last && last->top > top_before && run) {
     // What of the pages asked ahead at the old top this growth used (new pages made there) and what it
     // mapped other pages over (the backend unmaps those unused): see map_ahead.
-    const std::size_t over = std::min(ahead_run_, last->top - top_before), used = std::min(over, made_at_bytes_);
+    const std::size_t over = std::min(run, last->top - top_before), used = std::min(over, made_at_bytes_);
     ahead_used_ += used;
     ahead_wasted_ += over - used;
-    ahead_run_ -= over;
+    if (!ahead_run_) ahead_run_ = run - over;  // the rest still waits (unless this growth asked anew)
+  } else if (!ahead_run_) {
+    ahead_run_ = run;
   }
   if (exact_growth_ && align_blocks_ && stitching_) {
     // Fragmentation, not a new high: the program has stopped growing (for now), so pages made ahead
