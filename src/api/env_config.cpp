@@ -63,4 +63,12 @@ std::optional<std::uint64_t> env_cuda_page_bytes() {
   return std::uint64_t(mib) << 20;
 }
 
+bool env_map_ahead() {
+  const char* value = get("GPUMEM_MAP_AHEAD");
+  if (!value) return true;
+  const std::string v = value;
+  if (v != "0" && v != "1") throw Error("gpumem: GPUMEM_MAP_AHEAD='" + v + "' is neither 0 (off) nor 1 (on)");
+  return v == "1";
+}
+
 }  // namespace gpumem::api

@@ -4,6 +4,7 @@
 //                    "none" for no limit
 //   GPUMEM_FRACTION  cap as a fraction of the device's memory, 0.0001 <= f <= 1
 //   GPUMEM_CUDA_PAGE_MIB  physical page of the cuda backend in MiB (default 16, or 2 under a limit)
+//   GPUMEM_MAP_AHEAD=0  the cuda backend makes no pages ahead of need (README; 1, the default: it does)
 //   GPUMEM_HOST_CAPACITY / GPUMEM_SIM_CAPACITY  capacity of the host / sim backends
 //   GPUMEM_HOST_SHARED  host backend: a file whose counter makes one capacity shared across processes
 //   GPUMEM_CONTROL=0    no control socket (src/control); GPUMEM_CONTROL_DIR: where the sockets live
@@ -21,5 +22,6 @@ std::optional<std::uint64_t> env_size(const char* name);
 std::optional<std::uint64_t> env_limit();  // 0 = "none"
 std::optional<double> env_fraction(const char* name);
 std::optional<std::uint64_t> env_cuda_page_bytes();  // GPUMEM_CUDA_PAGE_MIB, in bytes
+bool env_map_ahead();  // GPUMEM_MAP_AHEAD: "0" or "1" (the cuda backend reads it too)
 
 }  // namespace gpumem::api

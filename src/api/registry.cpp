@@ -60,6 +60,7 @@ std::shared_ptr<Backend> backend_from_environment(int device) {
     // speed; GPUMEM_CUDA_PAGE_MIB, when set, decides. 0: the backend's default.
     const bool limited = api::env_limit().value_or(0) > 0 || api::env_fraction("GPUMEM_FRACTION").has_value();
     const std::size_t page_bytes = api::env_cuda_page_bytes().value_or(limited ? std::size_t(2) << 20 : 0);
+    api::env_map_ahead();  // a bad value is refused here, before the backend reads it
     return make_cuda_backend(device, CudaMemoryMode::virtual_memory, page_bytes);
   }
   if (kind == "cuda-plain") return make_cuda_backend(device, CudaMemoryMode::plain);

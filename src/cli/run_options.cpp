@@ -95,6 +95,7 @@ void check_run_environment() {
     api::env_size("GPUMEM_HOST_CAPACITY");
     api::env_size("GPUMEM_SIM_CAPACITY");
     api::env_cuda_page_bytes();
+    api::env_map_ahead();
   } catch (const std::exception& e) {
     std::string what = e.what();
     if (what.rfind("gpumem: ", 0) == 0) what.erase(0, 8);

@@ -88,6 +88,7 @@ Block* Arena::grow(std::size_t size) {
     // for its growth go back rather than sit unseen (see map_ahead).
     std::lock_guard lock(physical_.mutex());
     physical_.map_ahead(0, 0);
+    ahead_run_ = 0;
   }
   return b;
 }

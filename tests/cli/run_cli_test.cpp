@@ -105,7 +105,8 @@ TEST_F(RunCli, BadGpumemVariablesAreRefusedBeforeTheProgramRuns) {
       {"GPUMEM_LIMIT", "garbage"}, {"GPUMEM_LIMIT", "0"},        {"GPUMEM_LIMIT", "100"},
       {"GPUMEM_FRACTION", "7"},    {"GPUMEM_FRACTION", "1e-300"}, {"GPUMEM_BACKEND", "bogus"},
       {"GPUMEM_SIM_CAPACITY", "x"}, {"GPUMEM_LIBRARY", "/nonexistent/libgpumem.so"},
-      {"GPUMEM_CUDA_PAGE_MIB", "0"}, {"GPUMEM_CUDA_PAGE_MIB", "2MiB"}, {"GPUMEM_CUDA_PAGE_MIB", "-4"}};
+      {"GPUMEM_CUDA_PAGE_MIB", "0"}, {"GPUMEM_CUDA_PAGE_MIB", "2MiB"}, {"GPUMEM_CUDA_PAGE_MIB", "-4"},
+      {"GPUMEM_MAP_AHEAD", "off"},  {"GPUMEM_MAP_AHEAD", "2"}};
   for (const auto& [name, value] : bad) {
     const auto r = run_gpumem(with_marker_program({}, marker()), {{name, value}});
     EXPECT_EQ(r.status, 2) << name << "=" << value << ": " << r.err;
