@@ -117,7 +117,10 @@ void MapAhead::make_run(const Job& job) {
     if (ok) count_held(1);
   }
   std::size_t mapped = 0;
-  for (; ok && mapped < made.size(); ++mapped) ok = driver_.map(job.va + mapped * page_, page_, made[mapped]);
+  while (ok && mapped < made.size()) {
+    ok = driver_.map(job.va + mapped * page_, page_, made[mapped]);
+    if (ok) ++mapped;
+  }
   ok = ok && driver_.set_access(job.va, made.size() * page_);
   if (!ok) {  // device full or refused: nothing waits, the program's own growth makes its pages
     for (std::size_t i = 0; i < mapped; ++i) driver_.unmap(job.va + i * page_, page_);

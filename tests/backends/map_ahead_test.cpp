@@ -33,6 +33,7 @@ class FakeDriver : public AheadDriver {
   }
   bool map(DevicePtr va, std::size_t, std::uint64_t handle) override {
     std::lock_guard lock(m);
+    if (fail_map_at == va) return false;
     EXPECT_TRUE(live.count(handle));
     EXPECT_FALSE(mapped.count(va)) << "mapped twice at one address";
     mapped[va] = handle;
@@ -68,6 +69,7 @@ class FakeDriver : public AheadDriver {
   std::uint64_t created = 0;
   long fail_create_after = -1;
   bool fail_access = false;
+  DevicePtr fail_map_at = 0;
   int delay_us = 0;
   std::set<std::uint64_t> live;
   std::map<DevicePtr, std::uint64_t> mapped;
@@ -171,10 +173,11 @@ TEST(MapAhead, APrepareElsewhereMovesWhatWaitsAndOneAtTheSamePlaceKeepsIt) {
 }
 
 TEST(MapAhead, AFailedRunLeavesNothingAndTheCallerMakesItsOwn) {
-  for (bool access_fails : {false, true}) {
+  for (int failing : {0, 1, 2}) {  // create, map, access
     FakeDriver d;
-    d.fail_create_after = access_fails ? -1 : 3;
-    d.fail_access = access_fails;
+    d.fail_create_after = failing == 0 ? 3 : -1;
+    d.fail_map_at = failing == 1 ? kBase + 2 * kPage : 0;
+    d.fail_access = failing == 2;
     MapAhead ahead(d, kPage);
     ahead.prepare(kBase, 6 * kPage);
     EXPECT_TRUE(ahead.take(kBase, 6).empty());
