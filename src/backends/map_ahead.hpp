@@ -17,7 +17,7 @@
 //    none otherwise.
 //  - clear(va, bytes): before anyone else maps in [va, va+bytes) or gives those addresses back: the
 //    waiting pages there are unmapped (when they are the run's front, the rest waits on) and kept as
-//    spares, unmapped, for the next run or take_spare() (creating a page costs as much as unmapping one).
+//    spares, unmapped, for the next run or take_spare() (each saves a later cuMemCreate).
 //  - take_spare(n): up to n spare pages (unmapped; the caller owns them).
 //  - give_back(): the worker unmaps and releases every waiting and spare page (the program stopped
 //    growing); like prepare(), ignored while a run is under way.

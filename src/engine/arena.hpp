@@ -9,7 +9,8 @@
 // follows live bytes, whatever the address layout. A request that would use the free part-page beside a
 // hole grows into that hole instead of at the top (arena_fill.cpp), once the lent pages' old mappings
 // there may go. Growth beyond what any earlier growth served takes a quantum more; growth at or below
-// it (fragmentation) takes only what is missing.
+// it (fragmentation) takes only what is missing. After growths at the top that made new pages, the
+// backend may make the next ones ahead of need where the next such growth will go (Backend::map_ahead).
 // empty_cache() unmaps the mappings no block uses any more.
 // Without virtual memory each region is one plain device allocation (a "segment", as in PyTorch).
 //
@@ -233,11 +234,6 @@ class Arena {
   // (Backend::map_ahead).
   void map_ahead(const Region& r, std::size_t made);
   static constexpr std::size_t kNoChunk = ~std::size_t(0);
-  std::size_t made_at_ = kNoChunk;
-  std::size_t fresh_growths_ = 0;  // growths at the top in a row that made new pages
-  std::size_t made_at_bytes_ = 0;  // its bytes
-  std::size_t ahead_run_ = 0;      // bytes asked ahead at the top not yet grown over
-  std::size_t ahead_used_ = 0, ahead_wasted_ = 0;  // bytes asked ahead that growth used / mapped over  // the chunk create_paged made for the address gather() was given
   // Physical memory splits only between mappings (one physical page each): page_floor(p) is the start
   // of the mapping that holds p, page_ceil(p) its end unless p starts it; p itself outside mappings.
   DevicePtr page_floor(DevicePtr p) const;
@@ -275,6 +271,12 @@ class Arena {
   std::uint64_t lends_ = 0, lends_done_ = 0;
   std::size_t demand_high_ = 0;  // the most bytes in use plus requested at any growth so far
   bool exact_growth_ = false;    // this growth's demand was met before: fragmentation, not a new high
+  // Pages made ahead (map_ahead): the chunk create_paged made for the address gather() was given and its
+  // bytes; top growths in a row that made new pages; bytes asked ahead not yet grown over; bytes asked
+  // ahead that growths used / mapped other pages over.
+  std::size_t made_at_ = kNoChunk, made_at_bytes_ = 0;
+  std::size_t fresh_growths_ = 0;
+  std::size_t ahead_run_ = 0, ahead_used_ = 0, ahead_wasted_ = 0;
 };
 
 }  // namespace gpumem::engine
