@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "backends/call_timer.hpp"
-#include "backends/map_ahead.hpp"
 #include "backends/cuda_driver.hpp"
+#include "backends/cuda_map_ahead.hpp"
 
 namespace gpumem {
 namespace {
@@ -78,6 +78,7 @@ class CudaBackend final : public Backend {
       large_page_ = (page + granularity_ - 1) / granularity_ * granularity_;
       const char* ahead = std::getenv("GPUMEM_MAP_AHEAD");  // "0": every page made on the allocating thread
       ahead_enabled_ = !(ahead && std::string(ahead) == "0");
+      premapped_ = PremappedPages(granularity_);
     }
   }
 
@@ -86,7 +87,7 @@ class CudaBackend final : public Backend {
     {
       ContextGuardNoThrow guard(context_);
       ahead_.reset();  // its worker stops; pages still waiting are unmapped and released
-      for (auto& [h, va] : premapped_) d.cuMemUnmap(CUdeviceptr(va), granularity_);
+      premapped_.unmap_all();
       for (auto& [e, in_use] : all_events_) d.cuEventDestroy(e);
     }
     d.cuDevicePrimaryCtxRelease(device_);
@@ -118,7 +119,7 @@ class CudaBackend final : public Backend {
     if (it == ranges_.end() || it->second != bytes) return;  // unknown: the driver would reject or crash on it
     ContextGuardNoThrow guard(context_);
     clear_ahead(base, bytes);
-    forget_premapped_in(base, bytes);
+    counts_.driver_unmaps += premapped_.forget_in(base, bytes);
     if (driver().cuMemAddressFree(CUdeviceptr(base), bytes) == CUDA_SUCCESS) ++counts_.range_releases;
     ranges_.erase(it);
   }
@@ -142,7 +143,7 @@ class CudaBackend final : public Backend {
     pages.reserve(bytes / page);
     if (ahead_ && va && page == granularity_) {
       for (std::uint64_t h : ahead_->take(va, bytes / page)) {
-        premapped_.emplace(h, va + pages.size() * page);
+        premapped_.add(h, va + pages.size() * page);
         pages.push_back(h);
       }
       note_ahead();
@@ -150,7 +151,7 @@ class CudaBackend final : public Backend {
     try {
       create_pages(bytes / page - pages.size(), page, pages);
     } catch (...) {
-      forget_premapped(pages);
+      counts_.driver_unmaps += premapped_.forget(pages);
       for (auto h : pages) driver().cuMemRelease(h);
       counts_.driver_releases += pages.size();
       throw;
@@ -173,7 +174,7 @@ class CudaBackend final : public Backend {
     for (const auto& [base, size] : ranges_) inside = inside || (va >= base && va + bytes <= base + size);
     if (!bytes || !inside || mappings_.count(va)) return;
     if (!ahead_) {
-      ahead_calls_ = std::make_unique<AheadCalls>(*this);
+      ahead_calls_ = std::make_unique<AheadCalls>(context_, prop_, accesses_);
       ahead_ = std::make_unique<MapAhead>(*ahead_calls_, granularity_);
     }
     ahead_->prepare(va, bytes);
@@ -248,7 +249,7 @@ class CudaBackend final : public Backend {
     if (it == chunks_.end()) return;
     ContextGuardNoThrow guard(context_);
     drop_ahead();  // memory goes back: nothing to grow into
-    forget_premapped(it->second.pages);
+    counts_.driver_unmaps += premapped_.forget(it->second.pages);
     Timed timed(counts_.release_ns);
     for (auto h : it->second.pages) {
       if (!h) continue;  // released on its own earlier
@@ -291,26 +292,8 @@ class CudaBackend final : public Backend {
     const Driver& d = driver();
     // Pages made ahead at exactly their address here are mapped with access already; pages made ahead
     // elsewhere, and any other page made ahead in the way, are unmapped from there first.
-    std::vector<char> ready(pages.size(), 0);
-    if (!premapped_.empty() || ahead_) {
-      for (std::size_t i = 0, at = 0; i < pages.size(); at += pages[i].second, ++i) {
-        auto it = premapped_.find(pages[i].first);
-        ready[i] = it != premapped_.end() && it->second == va + at;
-      }
-      std::unordered_set<CUmemGenericAllocationHandle> here, in_run;
-      for (std::size_t i = 0; i < pages.size(); ++i) (ready[i] ? here : in_run).insert(pages[i].first);
-      for (auto it = premapped_.begin(); it != premapped_.end();) {
-        const bool in_the_way = it->second >= va && it->second < va + run_bytes;
-        if (here.count(it->first) || (!in_run.count(it->first) && !in_the_way)) {
-          ++it;
-          continue;
-        }
-        d.cuMemUnmap(CUdeviceptr(it->second), granularity_);
-        ++counts_.driver_unmaps;
-        it = premapped_.erase(it);
-      }
-      clear_ahead(va, run_bytes);
-    }
+    const std::vector<char> ready = premapped_.prepare_run(pages, va, run_bytes, counts_.driver_unmaps);
+    clear_ahead(va, run_bytes);
     std::size_t mapped = 0, mapped_bytes = 0;
     CUresult r = CUDA_SUCCESS;
     {
@@ -349,8 +332,7 @@ class CudaBackend final : public Backend {
         }
       check(r, failed);  // leaves no partial state (pages made ahead stay where they were)
     }
-    for (std::size_t i = 0; i < pages.size(); ++i)
-      if (ready[i]) premapped_.erase(pages[i].first);  // mapped for good now: unmap() removes them
+    premapped_.mapped(pages, ready);  // those are mapped for good now: unmap() removes them
     for (std::size_t i = 0, at = 0; i < calls.size(); at += calls[i].bytes, ++i)
       mappings_.emplace(va + at, MappedRange{calls[i].bytes, chunks_.at(calls[i].chunk).page});
     counts_.maps += calls.size();
@@ -367,7 +349,7 @@ class CudaBackend final : public Backend {
     Timed timed(counts_.release_ns);
     for (std::size_t i = offset / c.page; i < (offset + bytes) / c.page; ++i) {
       if (!c.pages[i]) continue;
-      forget_premapped({c.pages[i]});
+      counts_.driver_unmaps += premapped_.forget({c.pages[i]});
       driver().cuMemRelease(c.pages[i]);
       c.pages[i] = 0;
       ++counts_.driver_releases;
@@ -471,36 +453,6 @@ class CudaBackend final : public Backend {
     bool switched_ = false;
   };
 
-  // The driver calls of MapAhead's worker: this backend's device, properties and peers.
-  class AheadCalls final : public AheadDriver {
-   public:
-    explicit AheadCalls(const CudaBackend& b) : context_(b.context_), prop_(b.prop_), accesses_(b.accesses_) {}
-    void on_worker_start() override {
-      driver().cuCtxSetCurrent(context_);
-      int mode = CU_STREAM_CAPTURE_MODE_RELAXED;  // a graph captured elsewhere meanwhile stays valid
-      driver().cuThreadExchangeStreamCaptureMode(&mode);
-    }
-    bool create(std::uint64_t* handle, std::size_t page) override {
-      CUmemGenericAllocationHandle h = 0;
-      if (driver().cuMemCreate(&h, page, &prop_, 0) != CUDA_SUCCESS) return false;
-      *handle = h;
-      return true;
-    }
-    bool map(DevicePtr va, std::size_t page, std::uint64_t handle) override {
-      return driver().cuMemMap(CUdeviceptr(va), page, 0, handle, 0) == CUDA_SUCCESS;
-    }
-    bool set_access(DevicePtr va, std::size_t bytes) override {
-      return driver().cuMemSetAccess(CUdeviceptr(va), bytes, accesses_.data(), accesses_.size()) == CUDA_SUCCESS;
-    }
-    void unmap(DevicePtr va, std::size_t page) override { driver().cuMemUnmap(CUdeviceptr(va), page); }
-    void release(std::uint64_t handle) override { driver().cuMemRelease(handle); }
-
-   private:
-    CUcontext context_;
-    CUmemAllocationProp prop_;  // a copy: the worker never reads what the backend may change
-    std::vector<CUmemAccessDesc> accesses_;
-  };
-
   // Appends `n` new pages to `pages` (spares of MapAhead first); on failure releases those it added and
   // throws. When the device is full, pages made ahead are given back first and the call is tried again.
   void create_pages(std::size_t n, std::size_t page, std::vector<CUmemGenericAllocationHandle>& pages) {
@@ -550,28 +502,6 @@ class CudaBackend final : public Backend {
     ahead_->drop();
     note_ahead();
   }
-  // Pages taken from MapAhead but not mapped by the engine where they lie: unmapped from there.
-  void forget_premapped(const std::vector<CUmemGenericAllocationHandle>& pages) noexcept {
-    for (auto h : pages) {
-      auto it = premapped_.find(h);
-      if (it == premapped_.end()) continue;
-      driver().cuMemUnmap(CUdeviceptr(it->second), granularity_);
-      ++counts_.driver_unmaps;
-      premapped_.erase(it);
-    }
-  }
-  void forget_premapped_in(DevicePtr base, std::size_t bytes) noexcept {
-    for (auto it = premapped_.begin(); it != premapped_.end();) {
-      if (it->second < base || it->second >= base + bytes) {
-        ++it;
-        continue;
-      }
-      driver().cuMemUnmap(CUdeviceptr(it->second), granularity_);
-      ++counts_.driver_unmaps;
-      it = premapped_.erase(it);
-    }
-  }
-
   CUevent take_event() {  // caller holds a ContextGuard: events belong to the current context
     {
       std::lock_guard<std::mutex> lock(events_mutex_);
@@ -625,7 +555,7 @@ class CudaBackend final : public Backend {
   bool ahead_enabled_ = false;
   std::unique_ptr<AheadCalls> ahead_calls_;
   std::unique_ptr<MapAhead> ahead_;
-  std::unordered_map<CUmemGenericAllocationHandle, DevicePtr> premapped_;
+  PremappedPages premapped_{0};
   std::unordered_set<DevicePtr> plain_;
   std::mutex events_mutex_;
   std::vector<CUevent> free_events_;
