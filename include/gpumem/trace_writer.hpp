@@ -35,6 +35,12 @@ class TraceWriter {
   void put_header();
   void hand_off();
   bool forked() const noexcept;
+  // In a forked child: the file and the compressor are the parent's (its thread does not exist here),
+  // so they are let go of, never closed, joined or freed.
+  void let_go_of_parents() noexcept;
+  // Stops the compressor (what it holds written), writes what is pending when `flush`, closes the file.
+  // Returns why it failed, or nullptr.
+  const char* shut(bool flush);
   std::string path_, source_, device_;
   bool header_written_ = false;
   void* file_ = nullptr;  // gzFile

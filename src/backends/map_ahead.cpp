@@ -47,24 +47,22 @@ void MapAhead::prepare(DevicePtr va, std::size_t bytes) {
     owner_pid_ = int(getpid());  // set before the worker exists
     worker_ = std::thread([this] { run_worker(); });
   }
-  // Pages waiting elsewhere (growth went on without them): the worker unmaps them and maps them here.
-  // Nothing maps at their old addresses meanwhile: take() and clear() wait for the worker first.
-  busy_ = true;
-  job_ = Job{va, pages, va_, pages_.size(), false};
   last_run_ = pages;
-  pages_unused_.fetch_add(pages_.size(), std::memory_order_relaxed);
-  spare_.insert(spare_.end(), pages_.begin(), pages_.end());
-  pages_.clear();
-  lock.unlock();
-  wake_.notify_one();
+  start(lock, Job{va, pages, va_, pages_.size(), false});
 }
 
 void MapAhead::give_back() {
   if (forked()) return;
   std::unique_lock lock(mutex_);
   if (busy_ || stopping_ || (pages_.empty() && spare_.empty())) return;
+  start(lock, Job{0, 0, va_, pages_.size(), true});
+}
+
+void MapAhead::start(std::unique_lock<std::mutex>& lock, const Job& job) {
+  // Pages waiting (growth went on without them) become spares; the worker unmaps them first. Nothing
+  // maps at their old addresses meanwhile: take() and clear() wait for the worker.
   busy_ = true;
-  job_ = Job{0, 0, va_, pages_.size(), true};
+  job_ = job;
   pages_unused_.fetch_add(pages_.size(), std::memory_order_relaxed);
   spare_.insert(spare_.end(), pages_.begin(), pages_.end());
   pages_.clear();

@@ -89,6 +89,8 @@ class MapAhead {
     bool give_back = false;  // then no run: the old pages and every spare are released
   };
   void run_worker();
+  // With lock held and no run under way: hands `job` (whose old pages are those waiting now) to the worker.
+  void start(std::unique_lock<std::mutex>& lock, const Job& job);
   void make_run(const Job& job);
   // With lock held: waits until no run is under way.
   void wait_idle(std::unique_lock<std::mutex>& lock);

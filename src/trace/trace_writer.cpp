@@ -117,10 +117,25 @@ void TraceWriter::put(const char* text, std::size_t size) {
   if (pending_.size() >= kBufferBytes) hand_off();
 }
 
+void TraceWriter::let_go_of_parents() noexcept {
+  file_ = nullptr;
+  (void)compressor_.release();
+}
+
+const char* TraceWriter::shut(bool flush) {
+  bool written = compressor_ ? compressor_->finish() : true;
+  compressor_.reset();
+  written = written && (!flush || write_all(file_, pending_));
+  pending_.clear();
+  const int rc = gzclose(static_cast<gzFile>(file_));
+  file_ = nullptr;
+  if (!written) return "cannot write the trace file (disk full?)";
+  return rc == Z_OK ? nullptr : "cannot finish the trace file";
+}
+
 void TraceWriter::hand_off() {
-  if (forked()) {  // the file and the compressor are the parent's
-    file_ = nullptr;
-    (void)compressor_.release();  // its thread does not exist here: never joined, never freed
+  if (forked()) {
+    let_go_of_parents();
     throw TraceError(path_, 0, "a forked child does not write its parent's trace");
   }
   if (!compressor_) compressor_ = std::make_unique<Compressor>(file_);
@@ -128,29 +143,18 @@ void TraceWriter::hand_off() {
   full.reserve(kBufferBytes + 256);
   full.swap(pending_);
   if (compressor_->push(std::move(full))) return;
-  compressor_->finish();  // a write failed: the file is given up, and one error said
-  compressor_.reset();
-  gzclose(static_cast<gzFile>(file_));
-  file_ = nullptr;
+  shut(false);  // a write failed: the file is given up, and one error said
   throw TraceError(path_, 0, "cannot write the trace file (disk full?)");
 }
 
 void TraceWriter::close() {
   if (!file_) return;
   if (forked()) {  // the parent finishes its file; the child leaves it alone
-    file_ = nullptr;
-    (void)compressor_.release();
+    let_go_of_parents();
     return;
   }
   if (!header_written_) put_header();  // a trace without events still starts with its header
-  bool ok = compressor_ ? compressor_->finish() : true;
-  compressor_.reset();
-  ok = ok && write_all(file_, pending_);
-  pending_.clear();
-  int rc = gzclose(static_cast<gzFile>(file_));
-  file_ = nullptr;
-  if (!ok) throw TraceError(path_, 0, "cannot write the trace file (disk full?)");
-  if (rc != Z_OK) throw TraceError(path_, 0, "cannot finish the trace file");
+  if (const char* failed = shut(true)) throw TraceError(path_, 0, failed);
 }
 
 }  // namespace gpumem::trace
