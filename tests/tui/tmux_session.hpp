@@ -44,6 +44,19 @@ class TmuxSession {
     }
     return false;
   }
+  // The screen once `text` is on it and two captures 250 ms apart agree: a slow machine may still be
+  // drawing when `text` first shows.
+  std::string settled(const std::string& text, int timeout_ms = 5000) const {
+    wait_for(text, timeout_ms);
+    std::string last = capture();
+    for (int waited = 0; waited < timeout_ms; waited += 250) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      std::string now = capture();
+      if (now == last && now.find(text) != std::string::npos) return now;
+      last = now;
+    }
+    return last;
+  }
   // The program's exit status, once the command line printed "EXIT=<status>"; -1 on timeout.
   int wait_exit(int timeout_ms = 5000) const {
     if (!wait_for("EXIT=", timeout_ms)) return -1;

@@ -8,6 +8,7 @@
 
 #include <fstream>
 #include <regex>
+#include <sstream>
 
 #include "monitor/run_gpumem.hpp"
 #include "nvml/fake_nvml_env.hpp"
@@ -22,6 +23,13 @@ pid_t spawn_sleeper() {
   if (pid == 0) {
     execlp("sleep", "sleep", "600", static_cast<char*>(nullptr));
     _exit(127);
+  }
+  // Until the child has exec'd, /proc shows it as this test binary (another command, another size).
+  for (int waited = 0; waited < 5000; waited += 10) {
+    std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+    std::string name;
+    if (comm >> name && name == "sleep") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return pid;
 }
@@ -88,7 +96,18 @@ void expect_screen(const std::string& golden, const std::string& actual) {
     std::ofstream(path) << actual;
     return;
   }
-  EXPECT_EQ(slurp(path), actual) << "screen differs from " << path;
+  std::string expected = slurp(path);
+  if (expected == actual) return;
+  // Only the lines that differ: a whole 200x50 screen does not fit in a CI log's tail.
+  std::istringstream e(expected), a(actual);
+  std::string diff;
+  for (int line = 1; e || a; ++line) {
+    std::string el, al;
+    std::getline(e, el);
+    std::getline(a, al);
+    if (el != al) diff += "line " + std::to_string(line) + "\n  want: " + el + "\n  got:  " + al + "\n";
+  }
+  ADD_FAILURE() << "screen differs from " << path << ":\n" << diff;
 }
 
 }  // namespace
@@ -98,8 +117,7 @@ TEST(TopTmux, Screen80x24WithLostGpuThenSortHelpAndQuitRestoresTerminal) {
   TmuxSession t("80", 80, 24, f.command("-d 30"));  // one sample: the screen is the same every run
   ASSERT_TRUE(t.wait_for("GPU is lost")) << t.capture();
   ASSERT_TRUE(t.wait_for("history")) << t.capture();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  std::string screen = t.capture();
+  std::string screen = t.settled("q quit");
   for (const auto& line : std::vector<std::string>{"GPU-MEM", "ALLOC", "[gone:"}) EXPECT_NE(screen.find(line), std::string::npos) << screen;
   expect_screen("top_80x24.txt", f.masked(screen));
   t.keys("P");  // sort by pid: the ghost (999999) goes last
@@ -119,8 +137,7 @@ TEST(TopTmux, EightGpusAt200x50) {
   Fixture f("top200", 7);
   TmuxSession t("200", 200, 50, f.command("-d 30"));
   ASSERT_TRUE(t.wait_for("history")) << t.capture();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  std::string screen = t.capture();
+  std::string screen = t.settled("q quit");
   EXPECT_NE(screen.find("8 GPUs"), std::string::npos) << screen;
   EXPECT_NE(screen.find("CONTAINER"), std::string::npos) << screen;  // the wide screen shows every column
   // HOST (resident memory of `sleep`) differs between machines.
