@@ -172,6 +172,9 @@ class Backend {
   }
 
   const BackendCallCounts& call_counts() const noexcept { return counts_; }
+  // Brings up to date the counts a thread of the backend's own keeps (map_ahead's worker): readers of
+  // call_counts() call it first, serialized with the backend's other calls.
+  virtual void refresh_counts() noexcept {}
 
  protected:
   BackendCallCounts counts_;

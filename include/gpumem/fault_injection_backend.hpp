@@ -52,6 +52,7 @@ class FaultInjectionBackend final : public Backend {
   void release_event(EventHandle event) noexcept override;
   void synchronize() override;
   void synchronize_stream(StreamId stream) override;
+  void refresh_counts() noexcept override;
 
   // Restarts the count: the fail_at-th fallible call from now on fails (0 disarms).
   void arm(std::uint64_t fail_at, bool persistent = false);

@@ -181,6 +181,10 @@ class CudaBackend final : public Backend {
     note_ahead();
   }
 
+  void refresh_counts() noexcept override {
+    if (ahead_) note_ahead();
+  }
+
   bool supports_sharing() const noexcept override {
     return mode_ == CudaMemoryMode::virtual_memory && prop_.requestedHandleTypes != 0;
   }

@@ -18,6 +18,11 @@ FaultInjectionBackend::FaultInjectionBackend(std::shared_ptr<Backend> inner, Fau
   mirror_counts();
 }
 
+void FaultInjectionBackend::refresh_counts() noexcept {
+  inner_->refresh_counts();
+  mirror_counts();
+}
+
 void FaultInjectionBackend::mirror_counts() noexcept {
   std::lock_guard<std::mutex> lock(counts_mutex_);
   counts_ = inner_->call_counts();

@@ -59,6 +59,12 @@ void MapAhead::give_back() {
 }
 
 void MapAhead::start(std::unique_lock<std::mutex>& lock, const Job& job) {
+  begin(job);
+  lock.unlock();
+  wake_.notify_one();
+}
+
+void MapAhead::begin(const Job& job) {
   // Pages waiting (growth went on without them) become spares; the worker unmaps them first. Nothing
   // maps at their old addresses meanwhile: take() and clear() wait for the worker.
   busy_ = true;
@@ -66,16 +72,29 @@ void MapAhead::start(std::unique_lock<std::mutex>& lock, const Job& job) {
   pages_unused_.fetch_add(pages_.size(), std::memory_order_relaxed);
   spare_.insert(spare_.end(), pages_.begin(), pages_.end());
   pages_.clear();
-  lock.unlock();
-  wake_.notify_one();
+}
+
+bool MapAhead::idle_give_back(std::unique_lock<std::mutex>& lock) {
+  auto wait = std::chrono::milliseconds(100);
+  if (!busy_ && (!pages_.empty() || !spare_.empty())) {
+    const auto idle_for = std::chrono::steady_clock::now() - last_use_;
+    if (idle_for >= idle_after_) {
+      begin(Job{0, 0, va_, pages_.size(), true});
+      return true;
+    }
+    wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(idle_after_ - idle_for) + std::chrono::milliseconds(1));
+  }
+  wake_.wait_for(lock, wait);
+  return false;
 }
 
 void MapAhead::run_worker() {
   driver_.on_worker_start();
   std::unique_lock lock(mutex_);
   while (true) {
-    while (!stopping_ && !(busy_ && (job_.pages || job_.give_back))) wake_.wait_for(lock, std::chrono::milliseconds(100));
+    const bool asked = busy_ && (job_.pages || job_.give_back);
     if (stopping_) return;
+    if (!asked && !idle_give_back(lock)) continue;
     const Job job = job_;
     job_ = Job{};
     lock.unlock();
@@ -133,6 +152,7 @@ void MapAhead::make_run(const Job& job) {
   std::lock_guard lock(mutex_);
   va_ = job.va;
   pages_ = std::move(made);
+  last_use_ = std::chrono::steady_clock::now();  // idle counts from when the pages are ready
 }
 
 std::vector<std::uint64_t> MapAhead::take(DevicePtr va, std::size_t n) {
@@ -141,6 +161,7 @@ std::vector<std::uint64_t> MapAhead::take(DevicePtr va, std::size_t n) {
   if (!busy_ && pages_.empty()) return {};
   wait_idle(lock);
   if (pages_.empty() || va_ != va) return {};
+  last_use_ = std::chrono::steady_clock::now();
   n = std::min(n, pages_.size());
   std::vector<std::uint64_t> out(pages_.begin(), pages_.begin() + std::ptrdiff_t(n));
   pages_.erase(pages_.begin(), pages_.begin() + std::ptrdiff_t(n));
@@ -166,6 +187,7 @@ std::size_t MapAhead::clear(DevicePtr va, std::size_t bytes) {
   wait_idle(lock);
   const DevicePtr end = va_ + pages_.size() * page_;
   if (pages_.empty() || va >= end || va_ >= va + bytes) return 0;
+  last_use_ = std::chrono::steady_clock::now();
   // Unmapped and kept as spares. From the front (the engine grew there with other pages) the rest
   // still lies where growth goes next; otherwise all of them go.
   std::size_t n = pages_.size();

@@ -23,6 +23,9 @@
 //    growing); like prepare(), ignored while a run is under way.
 //  - drop(): every waiting and spare page unmapped and released (memory given back, a failed create,
 //    the end).
+//  - Idle: when nothing was made, taken or cleared for `idle` (default 2 s: the program's growth
+//    has ended, e.g. after its first steps), the worker gives back what it holds as give_back() would,
+//    so pages made ahead do not stay device memory no reserved count shows.
 //  - Pages waiting or spare are device memory the allocator's reserved count does not show until
 //    taken: one run at most (the caller sizes it; the CUDA backend caps it at 64 MiB) and as many spares.
 // Thread-safety: prepare, take, clear and drop are called one at a time (the backend's calls are
@@ -30,6 +33,7 @@
 // child never waits for its parent's worker.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -55,7 +59,9 @@ class AheadDriver {
 
 class MapAhead {
  public:
-  MapAhead(AheadDriver& driver, std::size_t page) : driver_(driver), page_(page) {}
+  static constexpr std::chrono::milliseconds kIdle{2000};
+  MapAhead(AheadDriver& driver, std::size_t page, std::chrono::milliseconds idle = kIdle)
+      : driver_(driver), page_(page), idle_after_(idle) {}
   ~MapAhead();
   MapAhead(const MapAhead&) = delete;
   MapAhead& operator=(const MapAhead&) = delete;
@@ -91,6 +97,10 @@ class MapAhead {
   void run_worker();
   // With lock held and no run under way: hands `job` (whose old pages are those waiting now) to the worker.
   void start(std::unique_lock<std::mutex>& lock, const Job& job);
+  void begin(const Job& job);  // start() without the hand-over: the worker asking itself
+  // With lock held, on the worker: true once it gave itself the job of giving back what lay idle;
+  // else waits a while for a job.
+  bool idle_give_back(std::unique_lock<std::mutex>& lock);
   void make_run(const Job& job);
   // With lock held: waits until no run is under way.
   void wait_idle(std::unique_lock<std::mutex>& lock);
@@ -100,6 +110,8 @@ class MapAhead {
 
   AheadDriver& driver_;
   const std::size_t page_;
+  const std::chrono::milliseconds idle_after_;
+  std::chrono::steady_clock::time_point last_use_{};  // a run made, a take or a clear
   std::mutex mutex_;
   std::condition_variable wake_, idle_;
   std::thread worker_;

@@ -196,6 +196,7 @@ DeviceStats Allocator::Impl::collect_stats(bool locks_held, std::size_t pools) {
   out.reserved_bytes = physical.reserved_stats();
   out.num_device_alloc = physical.device_allocs();
   out.num_device_free = physical.device_frees();
+  backend->refresh_counts();
   const BackendCallCounts& calls = backend->call_counts();
   out.num_maps = std::int64_t(calls.maps);
   out.num_unmaps = std::int64_t(calls.unmaps);

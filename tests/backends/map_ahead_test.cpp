@@ -19,6 +19,7 @@ namespace {
 
 constexpr std::size_t kPage = 2 << 20;
 constexpr DevicePtr kBase = DevicePtr(1) << 40;
+constexpr std::chrono::milliseconds kNeverIdle = std::chrono::hours(1);  // no give-back on a slow machine
 
 class FakeDriver : public AheadDriver {
  public:
@@ -80,7 +81,7 @@ TEST(MapAhead, PagesTakenLieMappedAtTheirAddressesWithAccess) {
   FakeDriver d;
   d.delay_us = 200;  // the worker is still busy when take() comes: it must wait, not race
   {
-    MapAhead ahead(d, kPage);
+    MapAhead ahead(d, kPage, kNeverIdle);
     ahead.prepare(kBase, 8 * kPage);
     auto first = ahead.take(kBase, 3);
     ASSERT_EQ(first.size(), 3u);
@@ -104,7 +105,7 @@ TEST(MapAhead, PagesTakenLieMappedAtTheirAddressesWithAccess) {
 
 TEST(MapAhead, ClearUnmapsTheFrontOrEverythingInTheWayAndKeepsThePagesAsSpares) {
   FakeDriver d;
-  MapAhead ahead(d, kPage);
+  MapAhead ahead(d, kPage, kNeverIdle);
   ahead.prepare(kBase, 6 * kPage);
   ahead.clear(kBase - kPage, 2 * kPage + 1);  // overlaps the first two pages from below: the front goes
   EXPECT_EQ(ahead.waiting(), 4u);
@@ -137,7 +138,7 @@ TEST(MapAhead, ClearUnmapsTheFrontOrEverythingInTheWayAndKeepsThePagesAsSpares) 
 
 TEST(MapAhead, GiveBackReleasesWhatWaitsAndTheSparesOnTheWorker) {
   FakeDriver d;
-  MapAhead ahead(d, kPage);
+  MapAhead ahead(d, kPage, kNeverIdle);
   ahead.prepare(kBase, 6 * kPage);
   ahead.clear(kBase, 2 * kPage);  // two spares, four waiting
   ASSERT_EQ(ahead.held(), 6u);
@@ -152,7 +153,7 @@ TEST(MapAhead, GiveBackReleasesWhatWaitsAndTheSparesOnTheWorker) {
 
 TEST(MapAhead, APrepareElsewhereMovesWhatWaitsAndOneAtTheSamePlaceKeepsIt) {
   FakeDriver d;
-  MapAhead ahead(d, kPage);
+  MapAhead ahead(d, kPage, kNeverIdle);
   ahead.prepare(kBase, 4 * kPage);
   ASSERT_EQ(ahead.waiting(), 4u);
   ahead.prepare(kBase, 16 * kPage);  // already there
@@ -178,7 +179,7 @@ TEST(MapAhead, AFailedRunLeavesNothingAndTheCallerMakesItsOwn) {
     d.fail_create_after = failing == 0 ? 3 : -1;
     d.fail_map_at = failing == 1 ? kBase + 2 * kPage : 0;
     d.fail_access = failing == 2;
-    MapAhead ahead(d, kPage);
+    MapAhead ahead(d, kPage, kNeverIdle);
     ahead.prepare(kBase, 6 * kPage);
     EXPECT_TRUE(ahead.take(kBase, 6).empty());
     EXPECT_TRUE(d.live.empty());
@@ -190,7 +191,7 @@ TEST(MapAhead, AFailedRunLeavesNothingAndTheCallerMakesItsOwn) {
 TEST(MapAhead, DropAndTheEndGiveEveryWaitingPageBack) {
   FakeDriver d;
   {
-    MapAhead ahead(d, kPage);
+    MapAhead ahead(d, kPage, kNeverIdle);
     ahead.prepare(kBase, 5 * kPage);
     ahead.drop();
     EXPECT_TRUE(d.live.empty());
@@ -200,10 +201,39 @@ TEST(MapAhead, DropAndTheEndGiveEveryWaitingPageBack) {
   EXPECT_TRUE(d.mapped.empty());
 }
 
+// Polls (up to 5 s) until `done` holds.
+template <typename F>
+bool eventually(F done) {
+  for (int i = 0; i < 500 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return done();
+}
+
+TEST(MapAhead, PagesLeftIdleGoBackOnTheWorkerAndLaterRunsAreMadeAgain) {
+  FakeDriver d;
+  MapAhead ahead(d, kPage, std::chrono::milliseconds(50));
+  ahead.prepare(kBase, 4 * kPage);
+  ahead.clear(kBase, kPage);  // one spare, three waiting (or all given back already: the worker's choice)
+  ASSERT_TRUE(eventually([&] { return ahead.pages_held() == 0; })) << ahead.pages_held();
+  EXPECT_EQ(ahead.held(), 0u);
+  {
+    std::lock_guard lock(d.m);
+    EXPECT_TRUE(d.live.empty());
+    EXPECT_TRUE(d.mapped.empty());
+  }
+  EXPECT_TRUE(ahead.take(kBase + kPage, 3).empty());
+  ahead.prepare(kBase + 4 * kPage, 2 * kPage);  // growth again: a run is made, then idles away too
+  EXPECT_TRUE(eventually([&] { return ahead.pages_made() == 6; })) << ahead.pages_made();
+  EXPECT_TRUE(eventually([&] { return ahead.pages_held() == 0; })) << ahead.pages_held();
+  EXPECT_EQ(ahead.pages_held_peak(), 4u);
+  std::lock_guard lock(d.m);
+  EXPECT_TRUE(d.live.empty());
+  EXPECT_TRUE(d.mapped.empty());
+}
+
 TEST(MapAhead, AForkedChildNeitherWaitsForNorTouchesItsParentsWorker) {
   FakeDriver d;
   d.delay_us = 20000;  // the run is under way when the child is made
-  MapAhead ahead(d, kPage);
+  MapAhead ahead(d, kPage, kNeverIdle);
   ahead.prepare(kBase, 4 * kPage);
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
