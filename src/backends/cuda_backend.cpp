@@ -5,7 +5,6 @@
 
 #include <cstdlib>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -13,6 +12,7 @@
 
 #include "backends/call_timer.hpp"
 #include "backends/cuda_driver.hpp"
+#include "backends/cuda_events.hpp"
 #include "backends/cuda_map_ahead.hpp"
 
 namespace gpumem {
@@ -77,8 +77,8 @@ class CudaBackend final : public Backend {
       const std::size_t page = page_bytes ? page_bytes : kDefaultPage;
       large_page_ = (page + granularity_ - 1) / granularity_ * granularity_;
       const char* ahead = std::getenv("GPUMEM_MAP_AHEAD");  // "0": every page made on the allocating thread
-      ahead_enabled_ = !(ahead && std::string(ahead) == "0");
-      premapped_ = PremappedPages(granularity_);
+      if (!(ahead && std::string(ahead) == "0"))
+        ahead_.enable(granularity_, [this] { return std::make_unique<AheadCalls>(context_, prop_, accesses_); });
     }
   }
 
@@ -86,9 +86,8 @@ class CudaBackend final : public Backend {
     const Driver& d = driver();
     {
       ContextGuardNoThrow guard(context_);
-      ahead_.reset();  // its worker stops; pages still waiting are unmapped and released
-      premapped_.unmap_all();
-      for (auto& [e, in_use] : all_events_) d.cuEventDestroy(e);
+      ahead_.shut();
+      events_.destroy_all();
     }
     d.cuDevicePrimaryCtxRelease(device_);
   }
@@ -118,8 +117,8 @@ class CudaBackend final : public Backend {
     auto it = ranges_.find(base);
     if (it == ranges_.end() || it->second != bytes) return;  // unknown: the driver would reject or crash on it
     ContextGuardNoThrow guard(context_);
-    clear_ahead(base, bytes);
-    counts_.driver_unmaps += premapped_.forget_in(base, bytes);
+    ahead_.clear(base, bytes);
+    ahead_.forget_in(base, bytes);
     if (driver().cuMemAddressFree(CUdeviceptr(base), bytes) == CUDA_SUCCESS) ++counts_.range_releases;
     ranges_.erase(it);
   }
@@ -132,7 +131,7 @@ class CudaBackend final : public Backend {
     return create_paged_chunk_at(bytes, page, 0);
   }
 
-  // Pages made ahead at `va` come first (still mapped there: premapped_), the rest is created here.
+  // Pages made ahead at `va` come first (still mapped there: ahead_.premapped()), the rest is created here.
   ChunkHandle create_paged_chunk_at(std::size_t bytes, std::size_t page, DevicePtr va) override {
     require_vmm("create_chunk");
     require_aligned(bytes, "chunk size");
@@ -141,17 +140,11 @@ class CudaBackend final : public Backend {
     ContextGuard guard(context_);
     std::vector<CUmemGenericAllocationHandle> pages;
     pages.reserve(bytes / page);
-    if (ahead_ && va && page == granularity_) {
-      for (std::uint64_t h : ahead_->take(va, bytes / page)) {
-        premapped_.add(h, va + pages.size() * page);
-        pages.push_back(h);
-      }
-      note_ahead();
-    }
+    if (va && page == granularity_) ahead_.take(va, bytes / page, pages);
     try {
       create_pages(bytes / page - pages.size(), page, pages);
     } catch (...) {
-      counts_.driver_unmaps += premapped_.forget(pages);
+      ahead_.forget(pages);
       for (auto h : pages) driver().cuMemRelease(h);
       counts_.driver_releases += pages.size();
       throw;
@@ -164,26 +157,15 @@ class CudaBackend final : public Backend {
 
   // Growth ahead of need (backend.hpp): granule pages only, inside one reserved range, up to 64 MiB.
   void map_ahead(DevicePtr va, std::size_t bytes) override {
-    if (!ahead_enabled_ || mode_ != CudaMemoryMode::virtual_memory) return;
-    if (!va || !bytes) {
-      if (ahead_) ahead_->give_back();  // on its thread, like the making
-      return;
-    }
+    if (!ahead_.enabled()) return;
+    if (!va || !bytes) return ahead_.give_back();
     bytes = std::min(bytes, kMostAhead) / granularity_ * granularity_;
     bool inside = false;
     for (const auto& [base, size] : ranges_) inside = inside || (va >= base && va + bytes <= base + size);
-    if (!bytes || !inside || mappings_.count(va)) return;
-    if (!ahead_) {
-      ahead_calls_ = std::make_unique<AheadCalls>(context_, prop_, accesses_);
-      ahead_ = std::make_unique<MapAhead>(*ahead_calls_, granularity_);
-    }
-    ahead_->prepare(va, bytes);
-    note_ahead();
+    if (bytes && inside && !mappings_.count(va)) ahead_.prepare(va, bytes);
   }
 
-  void refresh_counts() noexcept override {
-    if (ahead_) note_ahead();
-  }
+  void refresh_counts() noexcept override { ahead_.note(); }
 
   bool supports_sharing() const noexcept override {
     return mode_ == CudaMemoryMode::virtual_memory && prop_.requestedHandleTypes != 0;
@@ -252,8 +234,8 @@ class CudaBackend final : public Backend {
     auto it = chunks_.find(chunk);
     if (it == chunks_.end()) return;
     ContextGuardNoThrow guard(context_);
-    drop_ahead();  // memory goes back: nothing to grow into
-    counts_.driver_unmaps += premapped_.forget(it->second.pages);
+    ahead_.drop();  // memory goes back: nothing to grow into
+    ahead_.forget(it->second.pages);
     Timed timed(counts_.release_ns);
     for (auto h : it->second.pages) {
       if (!h) continue;  // released on its own earlier
@@ -296,8 +278,8 @@ class CudaBackend final : public Backend {
     const Driver& d = driver();
     // Pages made ahead at exactly their address here are mapped with access already; pages made ahead
     // elsewhere, and any other page made ahead in the way, are unmapped from there first.
-    const std::vector<char> ready = premapped_.prepare_run(pages, va, run_bytes, counts_.driver_unmaps);
-    clear_ahead(va, run_bytes);
+    const std::vector<char> ready = ahead_.premapped().prepare_run(pages, va, run_bytes, counts_.driver_unmaps);
+    ahead_.clear(va, run_bytes);
     std::size_t mapped = 0, mapped_bytes = 0;
     CUresult r = CUDA_SUCCESS;
     {
@@ -336,7 +318,7 @@ class CudaBackend final : public Backend {
         }
       check(r, failed);  // leaves no partial state (pages made ahead stay where they were)
     }
-    premapped_.mapped(pages, ready);  // those are mapped for good now: unmap() removes them
+    ahead_.premapped().mapped(pages, ready);  // those are mapped for good now: unmap() removes them
     for (std::size_t i = 0, at = 0; i < calls.size(); at += calls[i].bytes, ++i)
       mappings_.emplace(va + at, MappedRange{calls[i].bytes, chunks_.at(calls[i].chunk).page});
     counts_.maps += calls.size();
@@ -349,11 +331,11 @@ class CudaBackend final : public Backend {
     Chunk& c = it->second;
     if (offset % c.page || bytes % c.page || (offset + bytes) / c.page > c.pages.size()) return false;
     ContextGuardNoThrow guard(context_);
-    drop_ahead();
+    ahead_.drop();
     Timed timed(counts_.release_ns);
     for (std::size_t i = offset / c.page; i < (offset + bytes) / c.page; ++i) {
       if (!c.pages[i]) continue;
-      counts_.driver_unmaps += premapped_.forget({c.pages[i]});
+      ahead_.forget({c.pages[i]});
       driver().cuMemRelease(c.pages[i]);
       c.pages[i] = 0;
       ++counts_.driver_releases;
@@ -397,7 +379,7 @@ class CudaBackend final : public Backend {
 
   EventHandle record_event(StreamId stream) override {
     ContextGuard guard(context_);
-    CUevent event = take_event();
+    CUevent event = events_.take();
     CUresult r = driver().cuEventRecord(event, reinterpret_cast<CUstream>(stream));
     if (r != CUDA_SUCCESS) {
       release_event(EventHandle(reinterpret_cast<std::uintptr_t>(event)));
@@ -415,13 +397,7 @@ class CudaBackend final : public Backend {
     return true;
   }
 
-  void release_event(EventHandle event) noexcept override {
-    std::lock_guard<std::mutex> lock(events_mutex_);
-    auto it = all_events_.find(reinterpret_cast<CUevent>(std::uintptr_t(event)));
-    if (it == all_events_.end() || !it->second) return;  // unknown or already released
-    it->second = false;
-    free_events_.push_back(it->first);
-  }
+  void release_event(EventHandle event) noexcept override { events_.give(reinterpret_cast<CUevent>(std::uintptr_t(event))); }
 
   void synchronize() override {
     ContextGuard guard(context_);
@@ -440,29 +416,11 @@ class CudaBackend final : public Backend {
   CUcontext context() const noexcept { return context_; }
 
  private:
-  // For noexcept paths: switches context when it can, silently does nothing when it cannot.
-  class ContextGuardNoThrow {
-   public:
-    explicit ContextGuardNoThrow(CUcontext ctx) {
-      const Driver& d = driver();
-      if (d.cuCtxGetCurrent(&previous_) == CUDA_SUCCESS && previous_ != ctx)
-        switched_ = d.cuCtxSetCurrent(ctx) == CUDA_SUCCESS;
-    }
-    ~ContextGuardNoThrow() {
-      if (switched_) driver().cuCtxSetCurrent(previous_);
-    }
-
-   private:
-    CUcontext previous_ = nullptr;
-    bool switched_ = false;
-  };
-
   // Appends `n` new pages to `pages` (spares of MapAhead first); on failure releases those it added and
   // throws. When the device is full, pages made ahead are given back first and the call is tried again.
   void create_pages(std::size_t n, std::size_t page, std::vector<CUmemGenericAllocationHandle>& pages) {
     const std::size_t first = pages.size();
-    if (ahead_ && page == granularity_)
-      for (std::uint64_t h : ahead_->take_spare(n)) pages.push_back(h);
+    if (page == granularity_) ahead_.take_spares(n, pages);
     Timed timed(counts_.create_ns);
     while (pages.size() < first + n) {
       CUmemGenericAllocationHandle handle = 0;
@@ -473,8 +431,8 @@ class CudaBackend final : public Backend {
         r = driver().cuMemCreate(&handle, page, &prop_, 0);
         ++counts_.driver_creates;
       }
-      if (r == CUDA_ERROR_OUT_OF_MEMORY && ahead_ && ahead_->held()) {
-        drop_ahead();
+      if (r == CUDA_ERROR_OUT_OF_MEMORY && ahead_.holds()) {
+        ahead_.drop();
         r = driver().cuMemCreate(&handle, page, &prop_, 0);
         ++counts_.driver_creates;
       }
@@ -486,41 +444,6 @@ class CudaBackend final : public Backend {
       }
       pages.push_back(handle);
     }
-  }
-
-  void note_ahead() noexcept {
-    counts_.ahead_pages = ahead_->pages_made();
-    counts_.ahead_ns = ahead_->worker_ns();
-    counts_.ahead_unused = ahead_->pages_unused();
-    counts_.ahead_held_bytes = ahead_->pages_held() * granularity_;
-    counts_.ahead_held_peak_bytes = ahead_->pages_held_peak() * granularity_;
-  }
-  // Pages made ahead in [va, va+bytes) unmapped before another use of those addresses (this thread's time).
-  void clear_ahead(DevicePtr va, std::size_t bytes) noexcept {
-    if (!ahead_) return;
-    Timed timed(counts_.unmap_ns);
-    counts_.driver_unmaps += ahead_->clear(va, bytes);
-  }
-  void drop_ahead() noexcept {
-    if (!ahead_) return;
-    ahead_->drop();
-    note_ahead();
-  }
-  CUevent take_event() {  // caller holds a ContextGuard: events belong to the current context
-    {
-      std::lock_guard<std::mutex> lock(events_mutex_);
-      if (!free_events_.empty()) {
-        CUevent e = free_events_.back();
-        free_events_.pop_back();
-        all_events_[e] = true;
-        return e;
-      }
-    }
-    CUevent e = nullptr;
-    check(driver().cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-    std::lock_guard<std::mutex> lock(events_mutex_);
-    all_events_.emplace(e, true);
-    return e;
   }
 
   void require_vmm(const char* call) const {
@@ -554,16 +477,9 @@ class CudaBackend final : public Backend {
   };
   std::unordered_map<ChunkHandle, Chunk> chunks_;
   ChunkHandle next_chunk_ = 1;
-  // Growth ahead of need (map_ahead): the worker's pages, and pages taken from it into a chunk that are
-  // still mapped where the worker put them (handle -> address) until map_run maps them there for good.
-  bool ahead_enabled_ = false;
-  std::unique_ptr<AheadCalls> ahead_calls_;
-  std::unique_ptr<MapAhead> ahead_;
-  PremappedPages premapped_{0};
+  AheadGrowth ahead_{counts_};  // growth ahead of need (map_ahead); off in plain mode
   std::unordered_set<DevicePtr> plain_;
-  std::mutex events_mutex_;
-  std::vector<CUevent> free_events_;
-  std::unordered_map<CUevent, bool> all_events_;  // every event made -> in use
+  CudaEventPool events_;
 };
 
 CudaBackend& as_cuda(Backend& backend) {

@@ -138,4 +138,16 @@ ContextGuard::~ContextGuard() {
   if (switched_) driver().cuCtxSetCurrent(previous_);
 }
 
+ContextGuardNoThrow::ContextGuardNoThrow(CUcontext ctx) noexcept {
+  try {
+    const Driver& d = driver();
+    if (d.cuCtxGetCurrent(&previous_) == CUDA_SUCCESS && previous_ != ctx) switched_ = d.cuCtxSetCurrent(ctx) == CUDA_SUCCESS;
+  } catch (...) {  // no driver: nothing to switch
+  }
+}
+
+ContextGuardNoThrow::~ContextGuardNoThrow() {
+  if (switched_) driver().cuCtxSetCurrent(previous_);
+}
+
 }  // namespace gpumem::cuda

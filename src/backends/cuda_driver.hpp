@@ -132,4 +132,17 @@ class ContextGuard {
   bool switched_ = false;
 };
 
+// The same for noexcept paths: switches when it can, silently does nothing when it cannot.
+class ContextGuardNoThrow {
+ public:
+  explicit ContextGuardNoThrow(CUcontext ctx) noexcept;
+  ~ContextGuardNoThrow();
+  ContextGuardNoThrow(const ContextGuardNoThrow&) = delete;
+  ContextGuardNoThrow& operator=(const ContextGuardNoThrow&) = delete;
+
+ private:
+  CUcontext previous_ = nullptr;
+  bool switched_ = false;
+};
+
 }  // namespace gpumem::cuda

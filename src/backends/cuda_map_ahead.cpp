@@ -2,6 +2,8 @@
 
 #include <unordered_set>
 
+#include "backends/call_timer.hpp"
+
 namespace gpumem::cuda {
 
 void AheadCalls::on_worker_start() {
@@ -57,21 +59,19 @@ void PremappedPages::mapped(const std::vector<std::pair<Handle, std::size_t>>& p
 }
 
 std::size_t PremappedPages::forget(const std::vector<Handle>& pages) noexcept {
-  std::size_t unmaps = 0;
-  for (Handle h : pages) {
-    auto it = at_.find(h);
-    if (it == at_.end()) continue;
-    driver().cuMemUnmap(CUdeviceptr(it->second), page_);
-    ++unmaps;
-    at_.erase(it);
-  }
-  return unmaps;
+  const std::unordered_set<Handle> going(pages.begin(), pages.end());
+  return unmap_where([&](Handle h, DevicePtr) { return going.count(h) != 0; });
 }
 
 std::size_t PremappedPages::forget_in(DevicePtr base, std::size_t bytes) noexcept {
+  return unmap_where([&](Handle, DevicePtr va) { return va >= base && va < base + bytes; });
+}
+
+template <typename Pred>
+std::size_t PremappedPages::unmap_where(Pred pred) noexcept {
   std::size_t unmaps = 0;
   for (auto it = at_.begin(); it != at_.end();) {
-    if (it->second < base || it->second >= base + bytes) {
+    if (!pred(it->first, it->second)) {
       ++it;
       continue;
     }
@@ -85,6 +85,69 @@ std::size_t PremappedPages::forget_in(DevicePtr base, std::size_t bytes) noexcep
 void PremappedPages::unmap_all() noexcept {
   for (auto& [h, va] : at_) driver().cuMemUnmap(CUdeviceptr(va), page_);
   at_.clear();
+}
+
+void AheadGrowth::enable(std::size_t granule, std::function<std::unique_ptr<AheadDriver>()> make_calls) {
+  granule_ = granule;
+  make_calls_ = std::move(make_calls);
+  premapped_ = PremappedPages(granule);
+}
+
+void AheadGrowth::prepare(DevicePtr va, std::size_t bytes) {
+  if (!enabled()) return;
+  if (!ahead_) {
+    calls_ = make_calls_();
+    ahead_ = std::make_unique<MapAhead>(*calls_, granule_);
+  }
+  ahead_->prepare(va, bytes);
+  note();
+}
+
+void AheadGrowth::give_back() {
+  if (ahead_) ahead_->give_back();  // on its thread, like the making
+}
+
+void AheadGrowth::take(DevicePtr va, std::size_t n, std::vector<Handle>& pages) {
+  if (!ahead_) return;
+  for (std::uint64_t h : ahead_->take(va, n)) {
+    premapped_.add(h, va + pages.size() * granule_);
+    pages.push_back(h);
+  }
+  note();
+}
+
+void AheadGrowth::take_spares(std::size_t n, std::vector<Handle>& pages) {
+  if (!ahead_) return;
+  for (std::uint64_t h : ahead_->take_spare(n)) pages.push_back(h);
+}
+
+bool AheadGrowth::holds() { return ahead_ && ahead_->held(); }
+
+void AheadGrowth::clear(DevicePtr va, std::size_t bytes) noexcept {
+  if (!ahead_) return;
+  Timed timed(counts_.unmap_ns);
+  counts_.driver_unmaps += ahead_->clear(va, bytes);
+}
+
+void AheadGrowth::drop() noexcept {
+  if (!ahead_) return;
+  ahead_->drop();
+  note();
+}
+
+void AheadGrowth::note() noexcept {
+  if (!ahead_) return;
+  counts_.ahead_pages = ahead_->pages_made();
+  counts_.ahead_ns = ahead_->worker_ns();
+  counts_.ahead_unused = ahead_->pages_unused();
+  counts_.ahead_held_bytes = ahead_->pages_held() * granule_;
+  counts_.ahead_held_peak_bytes = ahead_->pages_held_peak() * granule_;
+}
+
+void AheadGrowth::shut() noexcept {
+  ahead_.reset();  // its worker stops; pages still waiting are unmapped and released
+  calls_.reset();
+  premapped_.unmap_all();
 }
 
 }  // namespace gpumem::cuda

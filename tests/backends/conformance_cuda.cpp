@@ -50,6 +50,18 @@ class RealStreams final : public Backend {
   bool release_chunk_part(gpumem::ChunkHandle c, std::size_t off, std::size_t n) noexcept override {
     return sync(inner_->release_chunk_part(c, off, n));
   }
+  std::size_t large_page() const noexcept override { return inner_->large_page(); }
+  gpumem::ChunkHandle create_paged_chunk(std::size_t n, std::size_t page) override {
+    return sync(inner_->create_paged_chunk(n, page));
+  }
+  bool supports_sharing() const noexcept override { return inner_->supports_sharing(); }
+  std::vector<int> export_chunk(gpumem::ChunkHandle c) override { return inner_->export_chunk(c); }
+  ExportedPages export_pages(gpumem::ChunkHandle c, std::size_t chunk_bytes, std::size_t off, std::size_t n) override {
+    return inner_->export_pages(c, chunk_bytes, off, n);
+  }
+  gpumem::ChunkHandle import_chunk(const std::vector<int>& fds, std::size_t n) override {
+    return sync(inner_->import_chunk(fds, n));
+  }
   DevicePtr allocate(std::size_t n) override { return sync(inner_->allocate(n)); }
   void free(DevicePtr p) noexcept override { inner_->free(p), sync(); }
   gpumem::MemInfo mem_info() override { return inner_->mem_info(); }

@@ -1,0 +1,187 @@
+// The CUDA backend and the engine over it, against the CUDA driver test double (fake_cuda.hpp): every
+// byte written comes back, pages made ahead of need are used and go back when growth stops, and when
+// the allocator is gone the driver holds nothing (no page, mapping, range or event) and saw no call
+// that breaks CUDA's rules. The double's own strictness is tested first: these tests can fail.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "backends/cuda_driver.hpp"
+#include "backends/fake_cuda/fake_cuda.hpp"
+#include "gpumem/allocator.hpp"
+#include "gpumem/cuda_backend.hpp"
+
+namespace {
+
+using namespace gpumem;
+using namespace gpumem::cuda;
+using gpumem::testing::fake_cuda_state;
+using gpumem::testing::FakeCudaState;
+
+constexpr std::size_t MiB = std::size_t(1) << 20;
+
+void expect_nothing_left(const FakeCudaState& before) {
+  const FakeCudaState after = fake_cuda_state();
+  EXPECT_EQ(after.handles, before.handles) << "physical pages left behind";
+  EXPECT_EQ(after.mappings, before.mappings) << "mappings left behind";
+  EXPECT_EQ(after.ranges, before.ranges) << "reserved ranges left behind";
+  EXPECT_EQ(after.plain, before.plain);
+  EXPECT_EQ(after.events, before.events) << "events left behind";
+  EXPECT_EQ(after.used_bytes, before.used_bytes);
+  EXPECT_EQ(after.errors, before.errors) << "a driver call broke CUDA's rules";
+}
+
+TEST(FakeCuda, TheDoubleRefusesWhatCudaRefuses) {
+  ASSERT_EQ(cuda_unavailable_reason(), "");
+  const Driver& d = driver();
+  const FakeCudaState before = fake_cuda_state();
+  CUcontext ctx = nullptr;
+  ASSERT_EQ(d.cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_SUCCESS);
+  CUdeviceptr va = 0;
+  ASSERT_EQ(d.cuMemAddressReserve(&va, 8 * MiB, 0, 0, 0), CUDA_SUCCESS);
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+  CUmemGenericAllocationHandle h = 0;
+  ASSERT_EQ(d.cuMemCreate(&h, 4 * MiB, &prop, 0), CUDA_SUCCESS);
+  int refused = 0;
+  auto refuses = [&](CUresult r) {
+    ++refused;
+    return r != CUDA_SUCCESS;
+  };
+  EXPECT_TRUE(refuses(d.cuMemMap(va, 2 * MiB, 2 * MiB, h, 0))) << "a nonzero offset";
+  EXPECT_TRUE(refuses(d.cuMemMap(va, 2 * MiB, 0, h, 0))) << "part of an allocation";
+  EXPECT_TRUE(refuses(d.cuMemMap(va + 6 * MiB, 4 * MiB, 0, h, 0))) << "past the reserved range";
+  ASSERT_EQ(d.cuMemMap(va, 4 * MiB, 0, h, 0), CUDA_SUCCESS);
+  EXPECT_TRUE(refuses(d.cuMemMap(va + 2 * MiB, 4 * MiB, 0, h, 0))) << "over a mapping";
+  EXPECT_TRUE(refuses(d.cuMemUnmap(va, 2 * MiB))) << "half a mapping";
+  char byte = 7;
+  CUcontext previous = nullptr;
+  d.cuCtxGetCurrent(&previous);
+  d.cuCtxSetCurrent(nullptr);
+  EXPECT_TRUE(refuses(d.cuMemcpyHtoD(va, &byte, 1))) << "no context";
+  d.cuCtxSetCurrent(ctx);
+  EXPECT_TRUE(refuses(d.cuMemcpyHtoD(va, &byte, 1))) << "no access granted";
+  CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  EXPECT_TRUE(refuses(d.cuMemSetAccess(va, 8 * MiB, &access, 1))) << "over unmapped bytes";
+  ASSERT_EQ(d.cuMemSetAccess(va, 4 * MiB, &access, 1), CUDA_SUCCESS);
+  EXPECT_EQ(d.cuMemcpyHtoD(va + 3 * MiB, &byte, 1), CUDA_SUCCESS);
+  char back = 0;
+  EXPECT_EQ(d.cuMemcpyDtoH(&back, va + 3 * MiB, 1), CUDA_SUCCESS);
+  EXPECT_EQ(back, 7);
+  EXPECT_TRUE(refuses(d.cuMemAddressFree(va, 8 * MiB))) << "still mapped";
+  ASSERT_EQ(d.cuMemRelease(h), CUDA_SUCCESS);
+  EXPECT_EQ(fake_cuda_state().used_bytes, before.used_bytes + 4 * MiB) << "a released page lives while mapped";
+  EXPECT_TRUE(refuses(d.cuMemRelease(h))) << "released twice";
+  ASSERT_EQ(d.cuMemUnmap(va, 4 * MiB), CUDA_SUCCESS);
+  ASSERT_EQ(d.cuMemAddressFree(va, 8 * MiB), CUDA_SUCCESS);
+  d.cuCtxSetCurrent(previous);
+  d.cuDevicePrimaryCtxRelease(0);
+  FakeCudaState expected = before;
+  expected.errors += std::size_t(refused);
+  expect_nothing_left(expected);
+}
+
+// A pattern per block at its first and last bytes (the whole block when small).
+struct LiveBlock {
+  void* p;
+  std::size_t n;
+  std::uint8_t seed;
+};
+std::vector<std::uint8_t> pattern(std::size_t n, std::uint8_t seed) {
+  std::vector<std::uint8_t> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = std::uint8_t(seed * 31 + i * 131 + (i >> 9));
+  return v;
+}
+constexpr std::size_t kEdge = 64 << 10;
+// The ranges checked: the whole block when small, else its first and last kEdge bytes.
+std::vector<std::pair<std::size_t, std::size_t>> edges(std::size_t n) {
+  if (n <= 2 * kEdge) return {{0, n}};
+  return {{0, kEdge}, {n - kEdge, kEdge}};
+}
+void fill(Backend& b, const LiveBlock& x) {
+  for (auto [at, len] : edges(x.n)) {
+    auto bytes = pattern(len, std::uint8_t(x.seed + at));
+    cuda_copy_to_device(b, DevicePtr(x.p) + at, bytes.data(), len);
+  }
+}
+bool intact(Backend& b, const LiveBlock& x) {
+  for (auto [at, len] : edges(x.n)) {
+    std::vector<std::uint8_t> got(len);
+    cuda_copy_to_host(b, got.data(), DevicePtr(x.p) + at, len);
+    if (got != pattern(len, std::uint8_t(x.seed + at))) return false;
+  }
+  return true;
+}
+
+TEST(FakeCuda, EngineOnTheCudaBackendKeepsEveryByteAndLeavesNothingBehind) {
+  const FakeCudaState before = fake_cuda_state();
+  {
+    std::shared_ptr<Backend> backend = make_cuda_backend(0);
+    Allocator a(backend);
+    std::mt19937 rng(11);
+    std::vector<LiveBlock> live;
+    std::size_t live_bytes = 0;
+    auto drop = [&](std::size_t i) {
+      EXPECT_TRUE(intact(*backend, live[i])) << "block of " << live[i].n << " bytes changed while live";
+      a.deallocate(live[i].p);
+      live_bytes -= live[i].n;
+      live[i] = live.back();
+      live.pop_back();
+    };
+    for (int op = 0; op < 1200; ++op) {
+      if (!live.empty() && (rng() % 5 < 2 || live_bytes > 768 * MiB)) {
+        drop(rng() % live.size());
+        continue;
+      }
+      const unsigned kind = rng() % 20;
+      const std::size_t n = kind < 10 ? 1 + rng() % MiB : kind < 18 ? MiB + rng() % (24 * MiB) : 24 * MiB + rng() % (96 * MiB);
+      LiveBlock x{a.allocate(n), n, std::uint8_t(op)};
+      fill(*backend, x);
+      live.push_back(x);
+      live_bytes += n;
+      if (op % 400 == 399) a.empty_cache();  // stitching and release in the middle of the churn
+    }
+    while (!live.empty()) drop(live.size() - 1);
+    a.empty_cache();
+    const DeviceStats s = a.stats();
+    EXPECT_GT(s.driver_map.calls, 0);
+    EXPECT_EQ(s.reserved_bytes[kAggregatePool].current, 0) << "empty_cache with nothing live keeps memory";
+  }
+  expect_nothing_left(before);
+}
+
+TEST(FakeCuda, PagesMadeAheadServeTheGrowthThenGoBackWhenIdle) {
+  const FakeCudaState before = fake_cuda_state();
+  {
+    std::shared_ptr<Backend> backend = make_cuda_backend(0);
+    Allocator a(backend);
+    std::vector<LiveBlock> live;
+    for (int i = 0; i < 96; ++i) {  // a program's first steps: growth after growth at the top
+      const std::size_t n = 6 * MiB + std::size_t(i) * 4096;
+      live.push_back({a.allocate(n), n, std::uint8_t(i)});
+      fill(*backend, live.back());
+    }
+    DeviceStats s = a.stats();
+    EXPECT_GT(s.ahead.calls, 0) << "no page was made ahead of need";
+    for (const LiveBlock& x : live) EXPECT_TRUE(intact(*backend, x));
+    // Growth stopped: what waits goes back on the worker once idle (2 s), so the driver holds what
+    // the allocator reports as reserved, and no more.
+    for (int i = 0; i < 100 && a.stats().ahead_held_bytes; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    s = a.stats();
+    EXPECT_EQ(s.ahead_held_bytes, 0);
+    EXPECT_EQ(fake_cuda_state().used_bytes - before.used_bytes, std::size_t(s.reserved_bytes[kAggregatePool].current));
+    for (const LiveBlock& x : live) {
+      EXPECT_TRUE(intact(*backend, x));
+      a.deallocate(x.p);
+    }
+    a.empty_cache();
+  }
+  expect_nothing_left(before);
+}
+
+}  // namespace

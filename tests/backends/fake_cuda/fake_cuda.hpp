@@ -1,0 +1,44 @@
+// The CUDA driver test double (libgpumem_fake_cuda.so, loaded through GPUMEM_LIBCUDA): the driver API
+// entry points the CUDA backends call, over host memory, keeping CUDA's rules so that a backend that
+// breaks one fails here as it would on a GPU:
+//  - physical pages (cuMemCreate) are whole-granule memfds: importable from their exported fds (also in
+//    another process), freed once released and mapped nowhere; capacity GPUMEM_FAKE_CUDA_MIB (4096);
+//  - cuMemMap maps a whole allocation at offset 0 inside a reserved range, never over another mapping;
+//    cuMemUnmap takes whole mappings; cuMemSetAccess only over mapped bytes; a copy only through
+//    mapped bytes with access (or cuMemAlloc memory);
+//  - calls that need a context (copies, cuMemAlloc, events, streams, synchronize) fail without one
+//    current on the calling thread; events complete at once.
+// fake_cuda_state() reads what the driver holds, for leak checks.
+#pragma once
+#include <dlfcn.h>
+
+#include <cstddef>
+#include <string>
+
+namespace gpumem::testing {
+
+struct FakeCudaState {
+  std::size_t handles = 0;   // physical allocations not yet freed (released ones still mapped included)
+  std::size_t mappings = 0;
+  std::size_t ranges = 0;    // reserved address ranges
+  std::size_t plain = 0;     // cuMemAlloc allocations
+  std::size_t used_bytes = 0;
+  std::size_t events = 0;    // created, not destroyed
+  std::size_t creates = 0, maps = 0, unmaps = 0, set_access = 0;  // calls that succeeded, in all
+  std::size_t errors = 0;    // calls that broke a rule (returned an error other than out of memory)
+};
+
+inline std::string fake_cuda_path() { return GPUMEM_BINARY_DIR "/fake_cuda/libgpumem_fake_cuda.so"; }
+
+// The state of the fake driver loaded in this process (all zero when it is not loaded).
+inline FakeCudaState fake_cuda_state() {
+  FakeCudaState s;
+  void* lib = dlopen(fake_cuda_path().c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (!lib) return s;
+  using Fn = void (*)(FakeCudaState*);
+  if (auto fn = reinterpret_cast<Fn>(dlsym(lib, "gpumemFakeCudaState"))) fn(&s);
+  dlclose(lib);
+  return s;
+}
+
+}  // namespace gpumem::testing
