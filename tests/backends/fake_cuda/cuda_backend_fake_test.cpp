@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdint>
 #include <random>
 #include <thread>
@@ -183,5 +184,67 @@ TEST(FakeCuda, PagesMadeAheadServeTheGrowthThenGoBackWhenIdle) {
   }
   expect_nothing_left(before);
 }
+
+// Another process's memory on the device: pages made straight through the driver until `leave` bytes
+// are free.
+struct Squatter {
+  std::vector<CUmemGenericAllocationHandle> pages;
+  explicit Squatter(std::size_t leave) {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+    const char* mib = std::getenv("GPUMEM_FAKE_CUDA_MIB");
+    const std::size_t capacity = (mib ? std::size_t(std::atoll(mib)) : 4096) * MiB;
+    while (capacity - fake_cuda_state().used_bytes > leave) {
+      CUmemGenericAllocationHandle h = 0;
+      if (driver().cuMemCreate(&h, 2 * MiB, &prop, 0) != CUDA_SUCCESS) break;
+      pages.push_back(h);
+    }
+  }
+  ~Squatter() {
+    for (auto h : pages) driver().cuMemRelease(h);
+  }
+};
+
+// On the stream that grew, the request takes the pages made ahead where they wait; on another stream
+// (another arena, elsewhere) they are given back so that its own pages can be made.
+class FakeCudaFull : public ::testing::TestWithParam<StreamId> {};
+
+TEST_P(FakeCudaFull, TakesBackThePagesMadeAheadBeforeAnAllocationFails) {
+  const FakeCudaState before = fake_cuda_state();
+  {
+    std::shared_ptr<Backend> backend = make_cuda_backend(0);
+    Allocator a(backend);
+    std::vector<void*> live;
+    for (int i = 0; i < 64; ++i) live.push_back(a.allocate(6 * MiB + std::size_t(i) * 4096));
+    std::int64_t held = 0;  // the worker makes the next run after the last growth: wait for it
+    for (int i = 0; i < 200 && !(held = a.stats().ahead_held_bytes); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_GT(held, 0) << "no page made ahead to take back";
+    {
+      Squatter other(8 * MiB);  // the device is full but for 8 MiB and the pages made ahead
+      const std::size_t n = 8 * MiB + std::size_t(held) - 2 * MiB;  // fits only with those pages
+      void* p = nullptr;
+      EXPECT_NO_THROW(p = a.allocate(n, GetParam())) << held;
+      if (p) {
+        LiveBlock x{p, n, 9};
+        fill(*backend, x);
+        EXPECT_TRUE(intact(*backend, x));
+        a.deallocate(p, GetParam());
+      }
+      try {
+        a.allocate(512 * MiB, GetParam());
+        ADD_FAILURE() << "512 MiB fitted on a full device";
+      } catch (const OutOfMemoryError& e) {
+        EXPECT_EQ(e.state().requested, 512 * MiB);
+        EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+      }
+    }
+    for (void* p : live) a.deallocate(p);
+    a.empty_cache();
+  }
+  expect_nothing_left(before);
+}
+
+INSTANTIATE_TEST_SUITE_P(Streams, FakeCudaFull, ::testing::Values(StreamId(0), StreamId(1)));
 
 }  // namespace
