@@ -144,6 +144,7 @@ class InstallWithTorchDouble(unittest.TestCase):
 
 class GpumemRun(unittest.TestCase):
     GPUMEM = os.path.join(BUILD, "gpumem")
+    BACKEND, ENV = "host", {}
     PROGRAM = """
         import sys, torch, gpumem_torch
         assert gpumem_torch.is_installed()          # installed by the sitecustomize on `import torch`
@@ -163,9 +164,9 @@ class GpumemRun(unittest.TestCase):
             os.mkdir(other)
             with open(os.path.join(other, "sitecustomize.py"), "w") as f:
                 f.write("import os\nos.environ['OTHER_SITECUSTOMIZE_RAN'] = '1'\n")
-            env = dict(os.environ, PYTHONPATH=os.pathsep.join([FAKE_TORCH, other]))
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join([FAKE_TORCH, other]), **self.ENV)
             report = os.path.join(d, "report.json")
-            r = subprocess.run([self.GPUMEM, "run", "--backend", "host", "--report", report, *args, "--",
+            r = subprocess.run([self.GPUMEM, "run", "--backend", self.BACKEND, "--report", report, *args, "--",
                                 sys.executable, prog, *program_args], env=env, capture_output=True, text=True,
                                timeout=120)
             with open(report) as f:
@@ -325,6 +326,29 @@ if __name__ == "__main__":
     assert gpumem_ipc._exported == [], gpumem_ipc._exported
     print("OK")
 """
+
+
+FAKE_CUDA = os.path.join(BUILD, "fake_cuda", "libgpumem_fake_cuda.so")
+
+
+@unittest.skipUnless(os.path.exists(FAKE_CUDA), "the CUDA driver test double is not built")
+class GpumemRunOnTheCudaBackend(GpumemRun):
+    """`gpumem run` with its default backend (cuda) over the CUDA driver test double
+    (tests/backends/fake_cuda): libgpumem.so's CUDA path, map-ahead's worker included, in a real program."""
+
+    BACKEND, ENV = "cuda", {"GPUMEM_LIBCUDA": FAKE_CUDA, "GPUMEM_FAKE_CUDA_MIB": "512"}
+
+    def test_runs_program_with_gpumem_and_reports_peaks(self):
+        super().test_runs_program_with_gpumem_and_reports_peaks()
+        r, report = self.run_gpumem(program_args=("40", "1"))  # growth after growth: pages made ahead
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("done 40", r.stdout)
+        self.assertEqual(report[-1]["devices"]["0"]["peak_requested"], 321 << 20, report)
+
+    def test_device_full_exits_with_status_3(self):
+        r, report = self.run_gpumem(program_args=("1", "600"))  # the double has 512 MiB
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn("CUDA out of memory", r.stderr)
 
 
 class SharingBetweenProcesses(unittest.TestCase):
