@@ -72,6 +72,11 @@ struct FakeDriver {
   std::map<CUdeviceptr, Plain> plain;
   CUdeviceptr next_plain = CUdeviceptr(0x500000000000);
   FakeCudaState counts;
+  struct Fault {
+    std::string call;
+    int countdown = 0;  // calls of `call` to let through first
+    CUresult code = CUDA_SUCCESS;
+  } fault;
 };
 
 FakeDriver& the() {
@@ -80,6 +85,15 @@ FakeDriver& the() {
 }
 thread_local CUcontext current = nullptr;
 thread_local int capture_mode = 0;
+
+// A failure asked for by a test (gpumemFakeCudaFailNext), with the driver's lock held.
+CUresult injected(FakeDriver& d, const char* call) {
+  if (d.fault.code == CUDA_SUCCESS || d.fault.call != call) return CUDA_SUCCESS;
+  if (d.fault.countdown-- > 0) return CUDA_SUCCESS;
+  const CUresult r = d.fault.code;
+  d.fault = {};
+  return r;
+}
 
 CUresult broke(FakeDriver& d, CUresult r) {
   ++d.counts.errors;
@@ -148,6 +162,12 @@ extern "C" __attribute__((visibility("default"))) void gpumemFakeCudaState(FakeC
   out->mappings = d.mappings.size();
   out->ranges = d.ranges.size();
   out->plain = d.plain.size();
+}
+
+extern "C" __attribute__((visibility("default"))) void gpumemFakeCudaFailNext(const char* call, int after, CUresult code) {
+  FakeDriver& d = the();
+  std::lock_guard lock(d.mutex);
+  d.fault = {call, after, code};
 }
 
 FAKE_CU cuInit(unsigned) {
@@ -220,6 +240,7 @@ FAKE_CU cuMemGetInfo_v2(std::size_t* free, std::size_t* total) {
 FAKE_CU cuMemAlloc_v2(CUdeviceptr* ptr, std::size_t bytes) {
   FakeDriver& d = the();
   std::lock_guard lock(d.mutex);
+  if (CUresult r = injected(d, "cuMemAlloc")) return r;
   if (!has_context()) return broke(d, kInvalidContext);
   const std::size_t size = round_up(std::max<std::size_t>(bytes, 1), kGranule);
   if (d.counts.used_bytes + size > d.capacity) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -252,6 +273,7 @@ FAKE_CU cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, std::size_t bytes) {
 FAKE_CU cuMemAddressReserve(CUdeviceptr* ptr, std::size_t size, std::size_t alignment, CUdeviceptr, unsigned long long) {
   FakeDriver& d = the();
   std::lock_guard lock(d.mutex);
+  if (CUresult r = injected(d, "cuMemAddressReserve")) return r;
   if (!size || size % kGranule) return broke(d, CUDA_ERROR_INVALID_VALUE);
   const std::size_t align = std::max(alignment, kGranule);
   *ptr = round_up(d.next_va, align);
@@ -272,6 +294,7 @@ FAKE_CU cuMemAddressFree(CUdeviceptr ptr, std::size_t size) {
 FAKE_CU cuMemCreate(CUmemGenericAllocationHandle* handle, std::size_t size, const CUmemAllocationProp* prop, unsigned long long) {
   FakeDriver& d = the();
   std::lock_guard lock(d.mutex);
+  if (CUresult r = injected(d, "cuMemCreate")) return r;
   if (!size || size % kGranule || !prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
       prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0 || prop->location.id >= d.devices)
     return broke(d, CUDA_ERROR_INVALID_VALUE);
@@ -306,6 +329,7 @@ FAKE_CU cuMemRelease(CUmemGenericAllocationHandle handle) {
 FAKE_CU cuMemMap(CUdeviceptr ptr, std::size_t size, std::size_t offset, CUmemGenericAllocationHandle handle, unsigned long long) {
   FakeDriver& d = the();
   std::lock_guard lock(d.mutex);
+  if (CUresult r = injected(d, "cuMemMap")) return r;
   auto it = d.physical.find(handle);
   if (it == d.physical.end() || it->second.released) return broke(d, kInvalidHandle);
   if (offset) return broke(d, CUDA_ERROR_NOT_SUPPORTED);  // as current drivers
@@ -338,6 +362,7 @@ FAKE_CU cuMemUnmap(CUdeviceptr ptr, std::size_t size) {
 FAKE_CU cuMemSetAccess(CUdeviceptr ptr, std::size_t size, const CUmemAccessDesc* desc, std::size_t count) {
   FakeDriver& d = the();
   std::lock_guard lock(d.mutex);
+  if (CUresult r = injected(d, "cuMemSetAccess")) return r;
   if (!desc || !count) return broke(d, CUDA_ERROR_INVALID_VALUE);
   for (std::size_t i = 0; i < count; ++i)
     if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || desc[i].location.id < 0 || desc[i].location.id >= d.devices ||
@@ -383,6 +408,7 @@ FAKE_CU cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, voi
 FAKE_CU cuEventCreate(CUevent* e, unsigned) {
   FakeDriver& d = the();
   std::lock_guard lock(d.mutex);
+  if (CUresult r = injected(d, "cuEventCreate")) return r;
   if (!has_context()) return broke(d, kInvalidContext);
   *e = new CUevent_st;
   ++d.counts.events;
@@ -396,7 +422,10 @@ FAKE_CU cuEventDestroy_v2(CUevent e) {
   return CUDA_SUCCESS;
 }
 FAKE_CU cuEventRecord(CUevent e, CUstream) {
-  if (!has_context()) return broke(the(), kInvalidContext);
+  FakeDriver& d = the();
+  std::lock_guard lock(d.mutex);
+  if (CUresult r = injected(d, "cuEventRecord")) return r;
+  if (!has_context()) return broke(d, kInvalidContext);
   e->recorded = true;
   return CUDA_SUCCESS;
 }

@@ -8,7 +8,9 @@
 //    mapped bytes with access (or cuMemAlloc memory);
 //  - calls that need a context (copies, cuMemAlloc, events, streams, synchronize) fail without one
 //    current on the calling thread; events complete at once.
-// fake_cuda_state() reads what the driver holds, for leak checks.
+// fake_cuda_state() reads what the driver holds, for leak checks; fake_cuda_fail_next() makes a call
+// fail once (cuMemCreate, cuMemMap, cuMemSetAccess, cuMemAddressReserve, cuMemAlloc, cuEventCreate,
+// cuEventRecord), as a driver does when the device is lost or a container forbids exportable memory.
 #pragma once
 #include <dlfcn.h>
 
@@ -39,6 +41,15 @@ inline FakeCudaState fake_cuda_state() {
   if (auto fn = reinterpret_cast<Fn>(dlsym(lib, "gpumemFakeCudaState"))) fn(&s);
   dlclose(lib);
   return s;
+}
+
+// The call named fails with `code` after `after` more calls of it succeed (on any thread).
+inline void fake_cuda_fail_next(const char* call, int after, int code) {
+  void* lib = dlopen(fake_cuda_path().c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (!lib) return;
+  using Fn = void (*)(const char*, int, int);
+  if (auto fn = reinterpret_cast<Fn>(dlsym(lib, "gpumemFakeCudaFailNext"))) fn(call, after, code);
+  dlclose(lib);
 }
 
 }  // namespace gpumem::testing
