@@ -34,6 +34,13 @@ pid_t spawn_sleeper() {
   return pid;
 }
 
+// A PID no process can have (past the kernel's pid_max): the ghost NVML lists.
+pid_t no_such_pid() {
+  std::ifstream f("/proc/sys/kernel/pid_max");
+  long max = 0;
+  return f >> max && max > 0 ? pid_t(max + 1) : pid_t(4194305);
+}
+
 bool reaped_within(pid_t pid, int ms) {
   for (int waited = 0; waited < ms; waited += 20) {
     int st = 0;
@@ -45,6 +52,7 @@ bool reaped_within(pid_t pid, int ms) {
 
 struct Fixture {
   pid_t big = spawn_sleeper(), small = spawn_sleeper();
+  pid_t ghost = no_such_pid();
   std::string scenario, pidfile;
   ~Fixture() {
     for (pid_t p : {big, small}) {
@@ -61,7 +69,7 @@ struct Fixture {
     text += "gpu name=\"NVIDIA H100 80GB HBM3\" lost=1\n" + extra;
     text += "proc gpu=0 pid=" + std::to_string(big) + " used_mib=12288 sm=87\n";
     text += "proc gpu=1 pid=" + std::to_string(small) + " used_mib=4096\n";
-    text += "proc gpu=0 pid=999999 used_mib=800\n";
+    text += "proc gpu=0 pid=" + std::to_string(ghost) + " used_mib=800\n";
     scenario = write_scenario(name, text);
     pidfile = scenario + ".pid";
   }
@@ -83,6 +91,7 @@ struct Fixture {
     s = std::regex_replace(s, std::regex(R"(\d+:\d\d:\d\d)"), "<T>");
     s = std::regex_replace(s, std::regex(" +" + std::to_string(big) + "\\b"), " <BIG>");
     s = std::regex_replace(s, std::regex(" +" + std::to_string(small) + "\\b"), " <SMALL>");
+    s = std::regex_replace(s, std::regex(" +" + std::to_string(ghost) + "\\b"), " <GHOST>");
     s = std::regex_replace(s, std::regex("\\b" + user_name() + " +"), "<USER> ");
     s = std::regex_replace(s, std::regex(R"( +\n)"), "\n");
     return s;
@@ -120,10 +129,10 @@ TEST(TopTmux, Screen80x24WithLostGpuThenSortHelpAndQuitRestoresTerminal) {
   std::string screen = t.settled("q quit");
   for (const auto& line : std::vector<std::string>{"GPU-MEM", "ALLOC", "[gone:"}) EXPECT_NE(screen.find(line), std::string::npos) << screen;
   expect_screen("top_80x24.txt", f.masked(screen));
-  t.keys("P");  // sort by pid: the ghost (999999) goes last
+  t.keys("P");  // sort by pid: the ghost (past pid_max) goes last
   ASSERT_TRUE(t.wait_for("sort:pid")) << t.capture();
   screen = t.capture();
-  EXPECT_LT(screen.find(std::to_string(std::min(f.big, f.small))), screen.find("999999"));
+  EXPECT_LT(screen.find(std::to_string(std::min(f.big, f.small))), screen.find(std::to_string(f.ghost)));
   t.keys("h");
   ASSERT_TRUE(t.wait_for("gpumem top keys")) << t.capture();
   t.keys("x");
