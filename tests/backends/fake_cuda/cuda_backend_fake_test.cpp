@@ -4,6 +4,7 @@
 // that breaks CUDA's rules. The double's own strictness is tested first: these tests can fail.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstdint>
@@ -181,6 +182,52 @@ TEST(FakeCuda, PagesMadeAheadServeTheGrowthThenGoBackWhenIdle) {
       a.deallocate(x.p);
     }
     a.empty_cache();
+  }
+  expect_nothing_left(before);
+}
+
+// Threads on streams of their own, a reader of memory_stats() and empty_cache() from another thread, all
+// on the CUDA backend with its worker making pages ahead (the TSan build runs this too).
+TEST(FakeCuda, ThreadsStreamsStatsAndEmptyCacheTogether) {
+  const FakeCudaState before = fake_cuda_state();
+  {
+    std::shared_ptr<Backend> backend = make_cuda_backend(0);
+    Allocator a(backend);
+    std::atomic<bool> stop{false};
+    std::thread reader([&] {
+      for (int i = 0; !stop; ++i) {
+        const DeviceStats s = a.stats();
+        EXPECT_GE(s.reserved_bytes[kAggregatePool].current, s.allocated_bytes[kAggregatePool].current);
+        if (i % 50 == 49) a.empty_cache();
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    });
+    std::vector<std::thread> workers;
+    for (int t = 0; t < 4; ++t)
+      workers.emplace_back([&, t] {
+        std::mt19937 rng(100 + t);
+        const StreamId stream = StreamId(t + 1);
+        std::vector<LiveBlock> live;
+        for (int op = 0; op < 400; ++op) {
+          if (!live.empty() && rng() % 2) {
+            const std::size_t i = rng() % live.size();
+            EXPECT_TRUE(intact(*backend, live[i]));
+            a.deallocate(live[i].p, stream);
+            live[i] = live.back();
+            live.pop_back();
+            continue;
+          }
+          const std::size_t n = 1 + rng() % (rng() % 4 ? MiB : 12 * MiB);
+          live.push_back({a.allocate(n, stream), n, std::uint8_t(op + t)});
+          fill(*backend, live.back());
+        }
+        for (const LiveBlock& x : live) a.deallocate(x.p, stream);
+      });
+    for (auto& w : workers) w.join();
+    stop = true;
+    reader.join();
+    a.empty_cache();
+    EXPECT_EQ(a.stats().reserved_bytes[kAggregatePool].current, 0);
   }
   expect_nothing_left(before);
 }
