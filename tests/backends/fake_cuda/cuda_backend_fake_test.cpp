@@ -186,6 +186,35 @@ TEST(FakeCuda, PagesMadeAheadServeTheGrowthThenGoBackWhenIdle) {
   expect_nothing_left(before);
 }
 
+// Past 2 GiB reserved, growth for large requests comes in 16 MiB pages (one driver call each): they are
+// mapped, split, lent and given back like granules.
+TEST(FakeCuda, LargePagesPastTwoGiBKeepBytesAndGoBack) {
+  const FakeCudaState before = fake_cuda_state();
+  {
+    std::shared_ptr<Backend> backend = make_cuda_backend(0);
+    Allocator a(backend);
+    std::vector<LiveBlock> live;
+    for (int i = 0; i < 10; ++i) live.push_back({a.allocate(256 * MiB + 4096), 256 * MiB + 4096, std::uint8_t(i)});
+    for (const LiveBlock& x : live) fill(*backend, x);
+    const std::size_t pages_made = fake_cuda_state().creates - before.creates;
+    EXPECT_LT(pages_made, std::size_t(2560 / 2)) << "no 16 MiB pages past 2 GiB";
+    for (std::size_t i = 0; i < live.size(); i += 2) a.deallocate(live[i].p);
+    for (int i = 0; i < 4; ++i) {  // 300 MiB each: stitched from the freed 256 MiB blocks' pages
+      LiveBlock x{a.allocate(300 * MiB), 300 * MiB, std::uint8_t(50 + i)};
+      fill(*backend, x);
+      live.push_back(x);
+    }
+    for (std::size_t i = 1; i < live.size(); ++i) {
+      if (i < 10 && i % 2 == 0) continue;  // freed above
+      EXPECT_TRUE(intact(*backend, live[i])) << i;
+      a.deallocate(live[i].p);
+    }
+    a.empty_cache();
+    EXPECT_EQ(a.stats().reserved_bytes[kAggregatePool].current, 0);
+  }
+  expect_nothing_left(before);
+}
+
 // Threads on streams of their own, a reader of memory_stats() and empty_cache() from another thread, all
 // on the CUDA backend with its worker making pages ahead (the TSan build runs this too).
 TEST(FakeCuda, ThreadsStreamsStatsAndEmptyCacheTogether) {
