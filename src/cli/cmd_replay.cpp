@@ -204,6 +204,7 @@ int run_replay(const ReplayArgs& args) {
       return kExitUsage;
     }
   }
+  const std::uint64_t granule = std::min(page, trace::kReplayGranule);
   std::uint64_t capacity = trace::kDefaultReplayCapacity;
   if (args.capacity_option->count()) {
     try {
@@ -216,11 +217,13 @@ int run_replay(const ReplayArgs& args) {
       std::fprintf(stderr, "gpumem replay: --capacity must be at most 1 PiB\n");
       return kExitUsage;
     }
-    capacity = capacity / page * page;  // whole pages, as a device hands them out
+    // Whole granules, as a device hands memory out (and as --min-capacity probes it): the large page is
+    // only the size gpumem grows in, and rounding to it would replay a smaller device than asked for.
+    capacity = capacity / granule * granule;
   }
-  if (capacity < page || capacity < trace::kCapacityStep) {
-    std::fprintf(stderr, "gpumem replay: --capacity must be at least one page of the sim device (%s; see --page)\n",
-                 format_bytes(std::max(page, trace::kCapacityStep)).c_str());
+  if (capacity < granule) {
+    std::fprintf(stderr, "gpumem replay: --capacity must be at least one granule of the sim device (%s)\n",
+                 format_bytes(granule).c_str());
     return kExitUsage;
   }
   TraceInfo t;
@@ -243,8 +246,8 @@ CommandRunner setup_replay(CLI::App& sub) {
   auto args = std::make_shared<ReplayArgs>();
   sub.add_option("trace", args->path, "gpumem-trace file (JSON lines, plain or gzip)")->required();
   auto* cap = args->capacity_option = sub.add_option("--capacity", args->capacity,
-                             "Physical memory of the simulated device, e.g. 16GiB, 1.5GB, 512MiB or bytes "
-                             "(default 1TiB: effectively unbounded). An allocation that fails even after the "
+                             "Physical memory of the simulated device, e.g. 16GiB, 1.5GB, 512MiB or bytes, "
+                             "in whole 2 MiB granules (default 1TiB: effectively unbounded). An allocation that fails even after the "
                              "allocator released its cache is reported and the exit status is 3.");
   args->page_option = sub.add_option("--page", args->page,
                  "Large page of the simulated device: past the first 128 of them reserved, growth for requests "

@@ -110,6 +110,12 @@ TEST_F(ReplayCli, CapacityOomReportsTheEventAndExitsThree) {
   for (const char* key : {"reserved", "largest_free", "capacity", "stream"}) EXPECT_TRUE(json["oom"].contains(key)) << key;
   // the same trace fits in 16 MiB
   EXPECT_EQ(gpumem({path, "--capacity", "16MiB"}).status, 0);
+  // A capacity is whole granules, as --min-capacity probes it, whatever the large page: 19 MiB is 18, not
+  // the 16 MiB of one large page (which would fail a trace that fits).
+  const Outcome g = gpumem({path, "--capacity", "19MiB", "--json"});
+  EXPECT_EQ(g.status, 0) << g.err;
+  EXPECT_EQ(nlohmann::json::parse(g.out)["capacity"], 18 * MiB);
+  EXPECT_EQ(gpumem({path, "--capacity", "1MiB"}).status, 2);
 }
 
 TEST_F(ReplayCli, MinCapacityByHand) {
@@ -151,7 +157,7 @@ TEST_F(ReplayCli, BadInputExitsTwoWithOneSentence) {
       {{(dir_ / "absent.jsonl.gz").string()}, "cannot open the trace"},
       {{good, "--capacity", "lots"}, "invalid size \"lots\""},
       {{good, "--capacity", "-1GiB"}, "cannot be negative"},
-      {{good, "--capacity", "1MiB"}, "at least one page of the sim device (16.00 MiB"},
+      {{good, "--capacity", "1MiB"}, "at least one granule of the sim device (2.00 MiB)"},
       {{good, "--page", "3MiB"}, "power of two"},
       {{good, "--no-such-flag"}, "no-such-flag"},
       {{good, "--capacity", "1GiB", "--min-capacity"}, "excludes"},
@@ -221,7 +227,7 @@ TEST_F(ReplayCli, OptionEdgesAreUsageErrorsAndHugeRequestsAreOutOfMemory) {
 
   const std::vector<std::vector<std::string>> usage = {
       {"--page", "2TiB"}, {"--page", "3MiB"}, {"--page", ""}, {"--capacity", ""}, {"--capacity", "18446744073709551615"},
-      {"--capacity", "1MiB"}, {"--capacity", "8MiB"} /* below the default 16 MiB page */};
+      {"--capacity", "1MiB"} /* below a granule */};
   for (auto args : usage) {
     const std::string shown = args[0] + " [" + args[1] + "]";
     args.push_back(huge);
@@ -229,8 +235,9 @@ TEST_F(ReplayCli, OptionEdgesAreUsageErrorsAndHugeRequestsAreOutOfMemory) {
     EXPECT_EQ(r.status, 2) << shown << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << shown << ": " << r.err;
   }
-  auto page_named = gpumem({"--capacity", "8MiB", huge});
-  EXPECT_NE(page_named.err.find("16.00 MiB"), std::string::npos) << page_named.err;
+  auto granule_named = gpumem({"--capacity", "1MiB", huge});
+  EXPECT_NE(granule_named.err.find("2.00 MiB"), std::string::npos) << granule_named.err;
+  EXPECT_EQ(gpumem({"--capacity", "8MiB", huge}).status, 3);  // smaller than a large page: a device still
   EXPECT_EQ(gpumem({"--capacity", "8MiB", "--page", "2MiB", huge}).status, 3);
 }
 
