@@ -171,8 +171,10 @@ TEST(FakeCuda, PagesMadeAheadServeTheGrowthThenGoBackWhenIdle) {
     DeviceStats s = a.stats();
     EXPECT_GT(s.ahead.calls, 0) << "no page was made ahead of need";
     for (const LiveBlock& x : live) EXPECT_TRUE(intact(*backend, x));
-    // Growth stopped: what waits goes back on the worker once idle (2 s), so the driver holds what
-    // the allocator reports as reserved, and no more.
+    // Growth stopped: the run asked for after the last growth is made, then goes back on the worker
+    // once idle (2 s), so the driver holds what the allocator reports as reserved, and no more.
+    for (int i = 0; i < 200 && !a.stats().ahead_held_bytes; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_GT(a.stats().ahead_held_bytes, 0) << "no run waits after the last growth";
     for (int i = 0; i < 100 && a.stats().ahead_held_bytes; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     s = a.stats();
     EXPECT_EQ(s.ahead_held_bytes, 0);
