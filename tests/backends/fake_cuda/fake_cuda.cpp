@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -27,7 +28,8 @@ struct CUstream_st {
   int device = 0;
 };
 struct CUevent_st {
-  bool recorded = false;
+  bool done = true;  // work before it finished
+  CUstream stream = nullptr;
 };
 }  // namespace gpumem::cuda
 
@@ -72,6 +74,8 @@ struct FakeDriver {
   std::map<CUdeviceptr, Plain> plain;
   CUdeviceptr next_plain = CUdeviceptr(0x500000000000);
   FakeCudaState counts;
+  std::set<CUevent> events;
+  bool hold_work = false;  // recorded events stay pending until their stream or the device is synchronized
   struct Fault {
     std::string call;
     int countdown = 0;  // calls of `call` to let through first
@@ -164,6 +168,12 @@ extern "C" __attribute__((visibility("default"))) void gpumemFakeCudaState(FakeC
   out->plain = d.plain.size();
 }
 
+extern "C" __attribute__((visibility("default"))) void gpumemFakeCudaHoldWork(bool hold) {
+  FakeDriver& d = the();
+  std::lock_guard lock(d.mutex);
+  d.hold_work = hold;
+}
+
 extern "C" __attribute__((visibility("default"))) void gpumemFakeCudaFailNext(const char* call, int after, CUresult code) {
   FakeDriver& d = the();
   std::lock_guard lock(d.mutex);
@@ -221,8 +231,17 @@ FAKE_CU cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
 }
 FAKE_CU cuCtxGetCurrent(CUcontext* ctx) { return *ctx = current, CUDA_SUCCESS; }
 FAKE_CU cuCtxSetCurrent(CUcontext ctx) { return current = ctx, CUDA_SUCCESS; }
-FAKE_CU cuCtxSynchronize() { return has_context() ? CUDA_SUCCESS : broke(the(), kInvalidContext); }
-FAKE_CU cuStreamSynchronize(CUstream) { return has_context() ? CUDA_SUCCESS : broke(the(), kInvalidContext); }
+// Work queued on `stream` (every stream when null) is done.
+CUresult synchronize(CUstream stream, bool all) {
+  FakeDriver& d = the();
+  std::lock_guard lock(d.mutex);
+  if (!has_context()) return broke(d, kInvalidContext);
+  for (CUevent e : d.events)
+    if (all || e->stream == stream) e->done = true;
+  return CUDA_SUCCESS;
+}
+FAKE_CU cuCtxSynchronize() { return synchronize(nullptr, true); }
+FAKE_CU cuStreamSynchronize(CUstream stream) { return synchronize(stream, false); }
 FAKE_CU cuStreamCreate(CUstream* s, unsigned) {
   if (!has_context()) return broke(the(), kInvalidContext);
   return *s = new CUstream_st{current->device}, CUDA_SUCCESS;
@@ -411,25 +430,34 @@ FAKE_CU cuEventCreate(CUevent* e, unsigned) {
   if (CUresult r = injected(d, "cuEventCreate")) return r;
   if (!has_context()) return broke(d, kInvalidContext);
   *e = new CUevent_st;
+  d.events.insert(*e);
   ++d.counts.events;
   return CUDA_SUCCESS;
 }
 FAKE_CU cuEventDestroy_v2(CUevent e) {
   FakeDriver& d = the();
   std::lock_guard lock(d.mutex);
+  if (!d.events.erase(e)) return broke(d, kInvalidHandle);
   delete e;
   --d.counts.events;
   return CUDA_SUCCESS;
 }
-FAKE_CU cuEventRecord(CUevent e, CUstream) {
+FAKE_CU cuEventRecord(CUevent e, CUstream stream) {
   FakeDriver& d = the();
   std::lock_guard lock(d.mutex);
   if (CUresult r = injected(d, "cuEventRecord")) return r;
   if (!has_context()) return broke(d, kInvalidContext);
-  e->recorded = true;
+  if (!d.events.count(e)) return broke(d, kInvalidHandle);
+  e->done = !d.hold_work;
+  e->stream = stream;
   return CUDA_SUCCESS;
 }
-FAKE_CU cuEventQuery(CUevent) { return CUDA_SUCCESS; }  // all work completes at once
+FAKE_CU cuEventQuery(CUevent e) {
+  FakeDriver& d = the();
+  std::lock_guard lock(d.mutex);
+  if (!d.events.count(e)) return broke(d, kInvalidHandle);
+  return e->done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
 FAKE_CU cuThreadExchangeStreamCaptureMode(int* mode) {
   std::swap(capture_mode, *mode);
   return CUDA_SUCCESS;

@@ -7,7 +7,8 @@
 //    cuMemUnmap takes whole mappings; cuMemSetAccess only over mapped bytes; a copy only through
 //    mapped bytes with access (or cuMemAlloc memory);
 //  - calls that need a context (copies, cuMemAlloc, events, streams, synchronize) fail without one
-//    current on the calling thread; events complete at once.
+//    current on the calling thread; events complete at once, or (fake_cuda_hold_work) only once their
+//    stream or the device is synchronized, as when a kernel still runs.
 // fake_cuda_state() reads what the driver holds, for leak checks; fake_cuda_fail_next() makes a call
 // fail once (cuMemCreate, cuMemMap, cuMemSetAccess, cuMemAddressReserve, cuMemAlloc, cuEventCreate,
 // cuEventRecord), as a driver does when the device is lost or a container forbids exportable memory.
@@ -32,24 +33,31 @@ struct FakeCudaState {
 
 inline std::string fake_cuda_path() { return GPUMEM_BINARY_DIR "/fake_cuda/libgpumem_fake_cuda.so"; }
 
-// The state of the fake driver loaded in this process (all zero when it is not loaded).
+// An entry point of the double loaded in this process, or nullptr when it is not loaded.
+template <typename Fn>
+Fn* fake_cuda_entry(const char* name) {
+  void* lib = dlopen(fake_cuda_path().c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (!lib) return nullptr;
+  auto* fn = reinterpret_cast<Fn*>(dlsym(lib, name));
+  dlclose(lib);  // still loaded: the NOLOAD reference only is dropped
+  return fn;
+}
+
+// What the double holds now (all zero when it is not loaded).
 inline FakeCudaState fake_cuda_state() {
   FakeCudaState s;
-  void* lib = dlopen(fake_cuda_path().c_str(), RTLD_NOW | RTLD_NOLOAD);
-  if (!lib) return s;
-  using Fn = void (*)(FakeCudaState*);
-  if (auto fn = reinterpret_cast<Fn>(dlsym(lib, "gpumemFakeCudaState"))) fn(&s);
-  dlclose(lib);
+  if (auto fn = fake_cuda_entry<void(FakeCudaState*)>("gpumemFakeCudaState")) fn(&s);
   return s;
+}
+
+// Recorded events stay pending until their stream (or the device) is synchronized, while `hold` is set.
+inline void fake_cuda_hold_work(bool hold) {
+  if (auto fn = fake_cuda_entry<void(bool)>("gpumemFakeCudaHoldWork")) fn(hold);
 }
 
 // The call named fails with `code` after `after` more calls of it succeed (on any thread).
 inline void fake_cuda_fail_next(const char* call, int after, int code) {
-  void* lib = dlopen(fake_cuda_path().c_str(), RTLD_NOW | RTLD_NOLOAD);
-  if (!lib) return;
-  using Fn = void (*)(const char*, int, int);
-  if (auto fn = reinterpret_cast<Fn>(dlsym(lib, "gpumemFakeCudaFailNext"))) fn(call, after, code);
-  dlclose(lib);
+  if (auto fn = fake_cuda_entry<void(const char*, int, int)>("gpumemFakeCudaFailNext")) fn(call, after, code);
 }
 
 }  // namespace gpumem::testing
