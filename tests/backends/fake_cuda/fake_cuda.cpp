@@ -115,7 +115,8 @@ void free_if_unused(FakeDriver& d, CUmemGenericAllocationHandle h) {
   d.physical.erase(it);
 }
 
-// Host bytes behind [p, p+n) within one mapping or cuMemAlloc allocation; nullptr if not all there.
+// The host bytes behind device address p, and in *run how many follow it in the same mapping or
+// cuMemAlloc allocation; nullptr where p is not mapped with access.
 char* host_at(FakeDriver& d, CUdeviceptr p, std::size_t* run) {
   auto pl = d.plain.upper_bound(p);
   if (pl != d.plain.begin() && p < std::prev(pl)->first + std::prev(pl)->second.size) {
