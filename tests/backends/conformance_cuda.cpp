@@ -9,6 +9,9 @@
 
 #include "backends/conformance.hpp"
 #include "backends/cuda_driver.hpp"
+#ifdef GPUMEM_FAKE_CUDA_DRIVER
+#include "backends/fake_cuda/fake_cuda.hpp"
+#endif
 #include "gpumem/cuda_backend.hpp"
 
 namespace {
@@ -104,7 +107,12 @@ Backend& unwrap(Backend& b) {
 BackendUnderTest cuda(CudaMemoryMode mode) {
   BackendUnderTest b;
   b.name = mode == CudaMemoryMode::plain ? "cuda_plain" : "cuda";
-  b.factory = [mode](const BackendParams&) -> std::shared_ptr<Backend> {
+  b.factory = [mode](const BackendParams& params) -> std::shared_ptr<Backend> {
+#ifdef GPUMEM_FAKE_CUDA_DRIVER
+    gpumem::testing::fake_cuda_hold_work(params.manual_events);
+#else
+    (void)params;
+#endif
     auto backend = gpumem::make_cuda_backend(0, mode);
     return std::make_shared<RealStreams>(std::move(backend));
   };
@@ -116,6 +124,10 @@ BackendUnderTest cuda(CudaMemoryMode mode) {
     gpumem::cuda_copy_to_host(unwrap(be), dst, src, n);
   };
   b.honors_capacity = false;  // a real GPU has the capacity it has
+#ifdef GPUMEM_FAKE_CUDA_DRIVER
+  // The driver double holds recorded work pending until its stream is synchronized (a GPU runs it).
+  b.complete_stream = [](Backend& be, gpumem::StreamId s) { be.synchronize_stream(s); };
+#endif
   return b;
 }
 
