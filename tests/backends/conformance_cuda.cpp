@@ -108,12 +108,12 @@ BackendUnderTest cuda(CudaMemoryMode mode) {
   BackendUnderTest b;
   b.name = mode == CudaMemoryMode::plain ? "cuda_plain" : "cuda";
   b.factory = [mode](const BackendParams& params) -> std::shared_ptr<Backend> {
+    auto backend = gpumem::make_cuda_backend(0, mode);  // loads the driver
 #ifdef GPUMEM_FAKE_CUDA_DRIVER
     gpumem::testing::fake_cuda_hold_work(params.manual_events);
 #else
     (void)params;
 #endif
-    auto backend = gpumem::make_cuda_backend(0, mode);
     return std::make_shared<RealStreams>(std::move(backend));
   };
   b.has_real_memory = true;

@@ -33,17 +33,19 @@ struct FakeCudaState {
 
 inline std::string fake_cuda_path() { return GPUMEM_BINARY_DIR "/fake_cuda/libgpumem_fake_cuda.so"; }
 
-// An entry point of the double loaded in this process, or nullptr when it is not loaded.
+// An entry point of the double, loaded here if the driver was not yet (the backends' own dlopen of the
+// same path then finds it: one copy, one state); nullptr when it is not built.
+inline void* fake_cuda_library() {
+  static void* lib = dlopen(fake_cuda_path().c_str(), RTLD_NOW | RTLD_LOCAL);  // kept for the process
+  return lib;
+}
 template <typename Fn>
 Fn* fake_cuda_entry(const char* name) {
-  void* lib = dlopen(fake_cuda_path().c_str(), RTLD_NOW | RTLD_NOLOAD);
-  if (!lib) return nullptr;
-  auto* fn = reinterpret_cast<Fn*>(dlsym(lib, name));
-  dlclose(lib);  // still loaded: the NOLOAD reference only is dropped
-  return fn;
+  void* lib = fake_cuda_library();
+  return lib ? reinterpret_cast<Fn*>(dlsym(lib, name)) : nullptr;
 }
 
-// What the double holds now (all zero when it is not loaded).
+// What the double holds now.
 inline FakeCudaState fake_cuda_state() {
   FakeCudaState s;
   if (auto fn = fake_cuda_entry<void(FakeCudaState*)>("gpumemFakeCudaState")) fn(&s);
