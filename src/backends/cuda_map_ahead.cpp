@@ -30,43 +30,6 @@ bool AheadCalls::set_access(DevicePtr va, std::size_t bytes) {
 void AheadCalls::unmap(DevicePtr va, std::size_t page) { driver().cuMemUnmap(CUdeviceptr(va), page); }
 void AheadCalls::release(std::uint64_t handle) { driver().cuMemRelease(handle); }
 
-std::vector<char> PremappedPages::prepare_run(const std::vector<std::pair<Handle, std::size_t>>& pages,
-                                              DevicePtr va, std::size_t run_bytes, std::uint64_t& unmaps) {
-  std::vector<char> ready(pages.size(), 0);
-  if (at_.empty()) return ready;
-  for (std::size_t i = 0, at = 0; i < pages.size(); at += pages[i].second, ++i) {
-    auto it = at_.find(pages[i].first);
-    ready[i] = it != at_.end() && it->second == va + at;
-  }
-  std::unordered_set<Handle> here, in_run;
-  for (std::size_t i = 0; i < pages.size(); ++i) (ready[i] ? here : in_run).insert(pages[i].first);
-  for (auto it = at_.begin(); it != at_.end();) {
-    const bool in_the_way = it->second >= va && it->second < va + run_bytes;
-    if (here.count(it->first) || (!in_run.count(it->first) && !in_the_way)) {
-      ++it;
-      continue;
-    }
-    driver().cuMemUnmap(CUdeviceptr(it->second), page_);
-    ++unmaps;
-    it = at_.erase(it);
-  }
-  return ready;
-}
-
-void PremappedPages::mapped(const std::vector<std::pair<Handle, std::size_t>>& pages, const std::vector<char>& ready) {
-  for (std::size_t i = 0; i < pages.size(); ++i)
-    if (ready[i]) at_.erase(pages[i].first);
-}
-
-std::size_t PremappedPages::forget(const std::vector<Handle>& pages) noexcept {
-  const std::unordered_set<Handle> going(pages.begin(), pages.end());
-  return unmap_where([&](Handle h, DevicePtr) { return going.count(h) != 0; });
-}
-
-std::size_t PremappedPages::forget_in(DevicePtr base, std::size_t bytes) noexcept {
-  return unmap_where([&](Handle, DevicePtr va) { return va >= base && va < base + bytes; });
-}
-
 template <typename Pred>
 std::size_t PremappedPages::unmap_where(Pred pred) noexcept {
   std::size_t unmaps = 0;
@@ -80,6 +43,38 @@ std::size_t PremappedPages::unmap_where(Pred pred) noexcept {
     it = at_.erase(it);
   }
   return unmaps;
+}
+
+std::vector<char> PremappedPages::prepare_run(const std::vector<std::pair<Handle, std::size_t>>& pages,
+                                              DevicePtr va, std::size_t run_bytes, std::uint64_t& unmaps) {
+  std::vector<char> ready(pages.size(), 0);
+  if (at_.empty()) return ready;
+  for (std::size_t i = 0, at = 0; i < pages.size(); at += pages[i].second, ++i) {
+    auto it = at_.find(pages[i].first);
+    ready[i] = it != at_.end() && it->second == va + at;
+  }
+  std::unordered_set<Handle> here, in_run;
+  for (std::size_t i = 0; i < pages.size(); ++i) (ready[i] ? here : in_run).insert(pages[i].first);
+  unmaps += unmap_where([&](Handle h, DevicePtr at) {
+    const bool in_the_way = at >= va && at < va + run_bytes;
+    return !here.count(h) && (in_run.count(h) || in_the_way);
+  });
+  return ready;
+}
+
+void PremappedPages::mapped(const std::vector<std::pair<Handle, std::size_t>>& pages, const std::vector<char>& ready) {
+  for (std::size_t i = 0; i < pages.size(); ++i)
+    if (ready[i]) at_.erase(pages[i].first);
+}
+
+std::size_t PremappedPages::forget(const std::vector<Handle>& pages) noexcept {
+  if (at_.empty()) return 0;  // the common case: nothing premapped
+  const std::unordered_set<Handle> going(pages.begin(), pages.end());
+  return unmap_where([&](Handle h, DevicePtr) { return going.count(h) != 0; });
+}
+
+std::size_t PremappedPages::forget_in(DevicePtr base, std::size_t bytes) noexcept {
+  return unmap_where([&](Handle, DevicePtr va) { return va >= base && va < base + bytes; });
 }
 
 void PremappedPages::unmap_all() noexcept {
