@@ -1,8 +1,10 @@
 """Records new allocation workloads natively with _record_memory_history and writes gpumem-trace files.
 
-Usage (on the GPU machine): python3 bench/gpu/record_workloads.py NAME OUT.jsonl.gz, NAME one of the
+Usage (on the GPU machine): python3 bench/gpu/record_workloads.py NAME OUT.jsonl.gz (OUT "-": run only and
+print the peaks, as under `gpumem run --limit`), NAME one of the
 functions below (gpt2_generate, pipeline3, detection, gpt2_beam, llama_gqa, t5_beam, convnext_varres,
-bert_serve, vit40).
+bert_serve, vit40, maskrcnn_varres, unet_varres, moe_generate, bart_sample, lm_accum_ckpt,
+gpt2_sample_long).
 Prints PyTorch's own peak reserved / allocated / requested bytes and segment count beside the event count."""
 import gzip, json, sys, time, random, os
 import torch
@@ -147,6 +149,110 @@ def vit40():
         torch.cuda.synchronize(); loss.item()
         del loss, batch
 
+def maskrcnn_varres():
+    """Mask R-CNN training then inference, images of random sizes and counts, a random number of boxes."""
+    import torchvision
+    torch.manual_seed(0); random.seed(8)
+    m = torchvision.models.detection.maskrcnn_resnet50_fpn(weights=None, weights_backbone=None, num_classes=20).cuda()
+    opt = torch.optim.SGD(m.parameters(), lr=1e-3)
+    for step in range(14):
+        n = random.choice([1, 2, 3, 5])
+        imgs, tg = [], []
+        for _ in range(n):
+            h, w = random.randint(256, 1000), random.randint(256, 1100)
+            k = random.randint(1, 12)
+            xy = torch.rand(k, 2, device="cuda") * torch.tensor([w * 0.6, h * 0.6], device="cuda")
+            wh = 16 + torch.rand(k, 2, device="cuda") * torch.tensor([w * 0.3, h * 0.3], device="cuda")
+            masks = torch.zeros(k, h, w, dtype=torch.uint8, device="cuda")
+            masks[:, h // 4:h // 2, w // 4:w // 2] = 1
+            imgs.append(torch.rand(3, h, w, device="cuda"))
+            tg.append({"boxes": torch.cat([xy, xy + wh], 1), "labels": torch.randint(1, 20, (k,), device="cuda"), "masks": masks})
+        m.train()
+        loss = sum(m(imgs, tg).values()); loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        del loss, imgs, tg
+        if step % 3 == 2:
+            m.eval()
+            with torch.no_grad():
+                m([torch.rand(3, random.randint(300, 900), random.randint(300, 900), device="cuda") for _ in range(random.choice([1, 4]))])
+
+def unet_varres():
+    """A diffusion-style conv UNet trained on random resolutions and batches, bf16 autocast."""
+    torch.manual_seed(0); random.seed(9)
+    nn = torch.nn
+    def block(i, o): return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.GroupNorm(8, o), nn.SiLU(), nn.Conv2d(o, o, 3, padding=1), nn.GroupNorm(8, o), nn.SiLU())
+    class UNet(nn.Module):
+        def __init__(self, ch=(64, 128, 256, 512)):
+            super().__init__()
+            self.inp = nn.Conv2d(4, ch[0], 3, padding=1)
+            self.down = nn.ModuleList(block(ch[i], ch[i + 1]) for i in range(len(ch) - 1))
+            self.mid = block(ch[-1], ch[-1])
+            self.up = nn.ModuleList(block(ch[i + 1] * 2, ch[i]) for i in reversed(range(len(ch) - 1)))
+            self.out = nn.Conv2d(ch[0], 4, 3, padding=1)
+        def forward(self, x):
+            x = self.inp(x); skips = []
+            for d in self.down:
+                x = d(x); skips.append(x); x = nn.functional.avg_pool2d(x, 2)
+            x = self.mid(x)
+            for u in self.up:
+                s = skips.pop(); x = nn.functional.interpolate(x, size=s.shape[-2:]); x = u(torch.cat([x, s], 1))
+            return self.out(x)
+    m = UNet().cuda()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    for step in range(24):
+        b = random.choice([2, 4, 8, 12]); r = random.choice([32, 48, 64, 96, 128])
+        x = torch.randn(b, 4, r, r, device="cuda"); noise = torch.randn_like(x)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.mse_loss(m(x + noise).float(), noise)
+        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        del x, noise, loss
+
+def moe_generate():
+    """A Mixtral-style mixture-of-experts decoder sampling: tokens per expert vary every step."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+    torch.manual_seed(0); random.seed(10)
+    cfg = MixtralConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=16,
+                        num_key_value_heads=4, num_local_experts=8, num_experts_per_tok=2, vocab_size=32000,
+                        max_position_embeddings=4096)
+    m = MixtralForCausalLM(cfg).cuda().to(torch.bfloat16).eval()
+    generate_rounds(m, [1, 3, 8, 16], [40, 300, 900], [64, 150], 32000, do_sample=True, top_p=0.9)
+
+def bart_sample():
+    """BART-large shape encoder-decoder: sampled summaries of random inputs, batch and lengths drawn."""
+    from transformers import BartConfig, BartForConditionalGeneration
+    torch.manual_seed(0); random.seed(11)
+    m = BartForConditionalGeneration(BartConfig()).cuda().half().eval()
+    generate_rounds(m, [1, 4, 9, 16], [80, 300, 700], [50, 120], 50000, do_sample=True, top_k=40)
+
+def lm_accum_ckpt():
+    """GPT-2 medium shape training with activation checkpointing and 3-step gradient accumulation,
+    sequence length drawn per micro-batch."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0); random.seed(12)
+    m = GPT2LMHeadModel(GPT2Config(n_layer=24, n_embd=1024, n_head=16)).cuda()
+    m.gradient_checkpointing_enable()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    for step in range(30):
+        b = random.choice([2, 4, 8]); n = random.choice([128, 256, 512, 1000])
+        ids = torch.randint(0, 50000, (b, n), device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = m(input_ids=ids, labels=ids).loss / 3
+        loss.backward()
+        if step % 3 == 2:
+            opt.step(); opt.zero_grad(set_to_none=True)
+        del ids, loss
+
+def gpt2_sample_long():
+    """GPT-2 small shape top-p sampling, long outputs, batches drawn from odd sizes."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0); random.seed(13)
+    m = GPT2LMHeadModel(GPT2Config()).cuda().half().eval()
+    generate_rounds(m, [3, 7, 13], [23, 180, 610], [300, 420], 50000, do_sample=True, top_p=0.95)
+
 if __name__ == "__main__":
-    name = sys.argv[1]
-    start(); t = time.time(); globals()[name](); finish(name, sys.argv[2]); print(f"{name} took {time.time()-t:.1f}s")
+    name, out = sys.argv[1], sys.argv[2]
+    if out == "-":  # only run it (e.g. under `gpumem run --limit`): no history, the peaks printed
+        t = time.time(); globals()[name](); torch.cuda.synchronize()
+        print(f"{name}: peak allocated {torch.cuda.max_memory_allocated()} reserved {torch.cuda.max_memory_reserved()}, "
+              f"took {time.time()-t:.1f}s")
+    else:
+        start(); t = time.time(); globals()[name](); finish(name, out); print(f"{name} took {time.time()-t:.1f}s")

@@ -33,6 +33,10 @@ struct ReplayOptions {
   std::uint64_t page = kDefaultReplayPage;          // a power of two
   bool stop_at_first_oom = false;
   bool map_ahead = false;  // the sim device makes pages ahead as the CUDA backend does (counted only)
+  // The allocator's own cap on reserved bytes (as `gpumem run --limit`), on a device of `capacity`; 0: none.
+  // Not the same as a device that small: the allocator knows its limit before asking the device, and its
+  // address space is sized by the device.
+  std::uint64_t limit = 0;
 };
 
 struct ReplayOom {
@@ -47,6 +51,7 @@ struct ReplayResult {
   std::size_t events = 0;          // events in the trace
   std::size_t operations = 0;      // allocate + deallocate calls made
   std::uint64_t capacity = 0;
+  std::uint64_t limit = 0;
   std::uint64_t page = 0;
   std::uint64_t peak_requested = 0;  // from the trace: the physical limit
   std::uint64_t peak_allocated = 0;  // allocator's allocated_bytes peak (requests rounded up)

@@ -1,4 +1,4 @@
-// gpumem replay TRACE [--capacity SIZE] [--json] [--min-capacity]: thin CLI over gpumem/replay.hpp.
+// gpumem replay TRACE [--capacity SIZE] [--limit SIZE] [--json] [--min-capacity]: thin CLI over gpumem/replay.hpp.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -67,6 +67,7 @@ nlohmann::json to_json(const TraceInfo& t, const ReplayResult& r) {
       {"peak_allocated", r.peak_allocated},
       {"ooms", r.ooms},
       {"capacity", r.capacity},
+      {"limit", r.limit},
       {"page", r.page},
       {"seconds", r.seconds},
       {"ns_per_event", r.ns_per_event()},
@@ -93,9 +94,9 @@ void print_table(const TraceInfo& t, const ReplayResult& r) {
   std::printf("  %s events: %s alloc, %s free, %s free_completed, %s segment_*; blocks reusable at %s\n",
               grouped(r.events).c_str(), grouped(s.allocs).c_str(), grouped(s.frees).c_str(), grouped(s.free_completeds).c_str(),
               grouped(s.segment_events).c_str(), s.has_free_completed ? "free_completed" : "free");
-  std::printf("  sim device: %s%s, %s pages\n\n", format_bytes(r.capacity).c_str(),
+  std::printf("  sim device: %s%s, %s pages%s\n\n", format_bytes(r.capacity).c_str(),
               r.capacity == trace::kDefaultReplayCapacity ? " (default: effectively unbounded)" : "",
-              format_bytes(r.page).c_str());
+              format_bytes(r.page).c_str(), r.limit ? (", gpumem's limit " + format_bytes(r.limit)).c_str() : "");
   const bool pt = s.segment_events > 0;
   auto row = [&](const std::string& what, const std::string& ours, const std::string& theirs) {
     std::string line = fmt::format("  {:<22} {:<46} {}", what, ours, pt ? theirs : "");
@@ -130,7 +131,9 @@ struct ReplayArgs {
   std::string path;
   std::string capacity;
   std::string page;
+  std::string limit;
   CLI::Option* capacity_option = nullptr;  // given at all (an empty value is an error, not the default)
+  CLI::Option* limit_option = nullptr;
   CLI::Option* page_option = nullptr;
   bool json = false;
   bool min_capacity = false;
@@ -170,9 +173,10 @@ int find_min_capacity(const ReplayArgs& args, TraceInfo& t, std::uint64_t page) 
   return kExitOk;
 }
 
-int replay_once(const ReplayArgs& args, TraceInfo& t, std::uint64_t capacity, std::uint64_t page) {
+int replay_once(const ReplayArgs& args, TraceInfo& t, std::uint64_t capacity, std::uint64_t page, std::uint64_t limit) {
   trace::ReplayOptions options;
   options.capacity = capacity;
+  options.limit = limit;
   options.page = page;
   options.map_ahead = args.map_ahead;
   const ReplayResult r = trace::replay(args.path, t, options);
@@ -226,9 +230,23 @@ int run_replay(const ReplayArgs& args) {
                  format_bytes(granule).c_str());
     return kExitUsage;
   }
+  std::uint64_t limit = 0;
+  if (args.limit_option->count()) {
+    try {
+      limit = parse_size(args.limit);
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "gpumem replay: --limit: %s\n", e.what());
+      return kExitUsage;
+    }
+    if (limit < granule || limit > capacity) {
+      std::fprintf(stderr, "gpumem replay: --limit must be at least one granule (%s) and at most the capacity (%s)\n",
+                   format_bytes(granule).c_str(), format_bytes(capacity).c_str());
+      return kExitUsage;
+    }
+  }
   TraceInfo t;
   try {
-    return args.min_capacity ? find_min_capacity(args, t, page) : replay_once(args, t, capacity, page);
+    return args.min_capacity ? find_min_capacity(args, t, page) : replay_once(args, t, capacity, page, limit);
   } catch (const trace::TraceError& e) {
     std::fprintf(stderr, "gpumem replay: %s\n", e.what());
     return kExitUsage;
@@ -249,6 +267,9 @@ CommandRunner setup_replay(CLI::App& sub) {
                              "Physical memory of the simulated device, e.g. 16GiB, 1.5GB, 512MiB or bytes, "
                              "in whole 2 MiB granules (default 1TiB: effectively unbounded). An allocation that fails even after the "
                              "allocator released its cache is reported and the exit status is 3.");
+  auto* limit = args->limit_option = sub.add_option("--limit", args->limit,
+                             "gpumem's own cap on reserved bytes, as `gpumem run --limit` sets it (the device keeps "
+                             "--capacity): an allocation beyond it fails, and the exit status is 3");
   args->page_option = sub.add_option("--page", args->page,
                  "Large page of the simulated device: past the first 128 of them reserved, growth for requests "
                  "of 8 or more of them is made of such pages, the rest of 2 MiB granules, as the CUDA backend does "
@@ -259,7 +280,8 @@ CommandRunner setup_replay(CLI::App& sub) {
   sub.add_flag("--min-capacity", args->min_capacity,
                "Search (bisection at 2 MiB steps) the smallest capacity that replays without OOM and report it "
                "and its ratio to peak live; progress on stderr")
-      ->excludes(cap);
+      ->excludes(cap)
+      ->excludes(limit);
   sub.add_flag("--map-ahead", args->map_ahead,
                "Count the pages the CUDA backend would make ahead of need on its own thread: made, and unmapped "
                "unused (JSON keys ahead_pages, ahead_unused); they take the device's capacity while they wait");

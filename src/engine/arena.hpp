@@ -202,6 +202,7 @@ class Arena {
   Block* grow_plain(std::size_t size);
   Region& new_region(std::size_t min_bytes);
   std::size_t chunk_quantum() const;
+  std::size_t device_total();
   // Stitching: hands the physical memory behind free, page-aligned ranges (never inside `keep`) to
   // `out` until `bytes` are covered (one range that covers them within an eighth, else the largest
   // first), leaving holes where it was. The memory stays mapped there too, unused: lending needs no
@@ -259,6 +260,7 @@ class Arena {
   bool small_;
   const EventHub& hub_;
   std::size_t granularity_;
+  std::size_t device_total_ = 0;  // the device's memory, asked once (device_total)
   FreeIndex free_;
   Arena* sibling_ = nullptr;
   bool stitching_ = true;

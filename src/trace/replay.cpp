@@ -57,6 +57,7 @@ class Player {
     sim.map_ahead = options.map_ahead;
     backend_ = std::make_shared<SimBackend>(sim);
     allocator_ = std::make_unique<Allocator>(backend_);
+    if (options.limit) allocator_->set_limit(options.limit);
     allocator_->set_error_handler([this](const std::string&) { ++r_.invalid_frees; });
   }
 
@@ -93,6 +94,7 @@ class Player {
   ReplayResult finish(const TraceSummary& summary) {
     r_.events = summary.events;
     r_.capacity = options_.capacity;
+    r_.limit = options_.limit;
     r_.page = options_.page;
     r_.peak_requested = summary.peak_requested;
     const DeviceStats stats = allocator_->stats();

@@ -118,6 +118,30 @@ TEST_F(ReplayCli, CapacityOomReportsTheEventAndExitsThree) {
   EXPECT_EQ(gpumem({path, "--capacity", "1MiB"}).status, 2);
 }
 
+TEST_F(ReplayCli, LimitIsGpumemsCapOnAnUnboundedDevice) {
+  // As `gpumem run --limit`: the device (default capacity) has room, gpumem's own cap does not.
+  const std::string path = write("oom.jsonl", trace_text({{"alloc", 1, 8 * MiB}, {"alloc", 2, 2 * MiB}, {"alloc", 3, 6 * MiB}}));
+  const Outcome r = gpumem({path, "--limit", "12MiB", "--page", "2MiB"});
+  EXPECT_EQ(r.status, 3) << r.err;
+  for (const char* needle : {"out of memory at event 2 (line 4)", "the allocator's limit of 12.00 MiB would be crossed"})
+    EXPECT_NE(r.err.find(needle), std::string::npos) << needle << " missing in:\n" << r.err;
+  EXPECT_NE(r.out.find("gpumem's limit 12.00 MiB"), std::string::npos) << r.out;
+  const Outcome j = gpumem({path, "--limit", "16MiB", "--json"});
+  EXPECT_EQ(j.status, 0) << j.err;
+  const auto json = nlohmann::json::parse(j.out);
+  EXPECT_EQ(json["limit"], 16 * MiB);
+  EXPECT_EQ(json["ooms"], 0);
+  EXPECT_EQ(nlohmann::json::parse(gpumem({path, "--json"}).out)["limit"], 0);
+  // Bad limits: not a size, below a granule, above the device; and not with --min-capacity.
+  for (std::vector<std::string> bad : {std::vector<std::string>{"--limit", "lots"}, {"--limit", "1MiB"},
+                                       {"--limit", "64MiB", "--capacity", "32MiB"}, {"--limit", "16MiB", "--min-capacity"}}) {
+    bad.insert(bad.begin(), path);
+    const Outcome b = gpumem(bad);
+    EXPECT_EQ(b.status, 2) << bad[2] << " " << b.err;
+    EXPECT_NE(b.err.find("--limit"), std::string::npos) << b.err;
+  }
+}
+
 TEST_F(ReplayCli, MinCapacityByHand) {
   const Outcome r = gpumem({write("small.jsonl", kSmall), "--min-capacity", "--page", "2MiB"});
   EXPECT_EQ(r.status, 0) << r.err;

@@ -1,6 +1,7 @@
 // Large pages (Backend::large_page): once 128 of them are reserved, growth for a request of at least eight
 // large pages takes its bulk in large pages and the rest in granules; smaller growth takes granules, and
-// so does everything before (a growth that crosses the mark: its part past it in large pages). Memory
+// so does everything before (a growth that crosses the mark: its part past it in large pages), and all
+// growth above half the device's memory or half the limit, where memory may run short. Memory
 // splits, is lent (stitched) and is given back only in whole pages: the sim backend refuses any map that
 // splits one.
 #include <gtest/gtest.h>
@@ -77,6 +78,29 @@ TEST(LargePages, AFirstGrowthPastTheMarkTakesLargePagesBeyondIt) {
   a.check_invariants();
 }
 
+TEST(LargePages, NoneAboveHalfTheDeviceOrHalfTheLimit) {
+  // Near the ceiling large pages left partly used would strand memory a request there needs; granules
+  // cost as much driver time each, so only there.
+  for (bool limited : {false, true}) {
+    SimBackendOptions o;
+    o.granularity = 2 * kMiB;
+    o.large_page = 16 * kMiB;
+    o.capacity = limited ? 64 * 1024 * kMiB : 5 * 1024 * kMiB;
+    auto backend = std::make_shared<SimBackend>(o);
+    Allocator a(backend);
+    if (limited) a.set_limit(5 * 1024 * kMiB);
+    void* hold = ballast(a, *backend);
+    void* below = a.allocate(256 * kMiB, 0);  // 2 GiB to 2.25 GiB: under the half, large pages
+    EXPECT_EQ(backend->call_counts().driver_creates, kBallast / (2 * kMiB) + 16) << limited;
+    void* across = a.allocate(512 * kMiB, 0);  // 2.25 to 2.75 GiB: large pages up to 2.5 GiB only
+    EXPECT_EQ(backend->call_counts().driver_creates, kBallast / (2 * kMiB) + 16 + 16 + 128) << limited;
+    void* above = a.allocate(256 * kMiB, 0);  // granules only
+    EXPECT_EQ(backend->call_counts().driver_creates, kBallast / (2 * kMiB) + 16 + 16 + 128 + 128) << limited;
+    for (void* p : {above, across, below, hold}) a.deallocate(p, 0);
+    a.check_invariants();
+  }
+}
+
 // A 200 MiB chunk is 12 pages of 16 MiB, then 4 granules: the bytes of the pages under [at, at + bytes).
 std::size_t pages_under(std::size_t at, std::size_t bytes) {
   auto page_start = [](std::size_t p) { return p < 192 * kMiB ? p / (16 * kMiB) * (16 * kMiB) : p / (2 * kMiB) * (2 * kMiB); };
@@ -86,10 +110,12 @@ std::size_t pages_under(std::size_t at, std::size_t bytes) {
 
 // big (200 MiB, after the ballast) freed, then x (10 MiB) placed somewhere in its memory: returns x's
 // offset in it.
-std::size_t reuse_part(Allocator& a, SimBackend& backend, void** x, void** pin) {
+// `more`: bytes held after pin, so that big's large pages lie below half of a device that is then full.
+std::size_t reuse_part(Allocator& a, SimBackend& backend, void** x, void** pin, std::size_t more = 0) {
   ballast(a, backend);  // held until the allocator goes
   void* big = a.allocate(200 * kMiB, 0);
   if (pin) *pin = a.allocate(4 * kMiB, 0);  // after big: the region cannot grow in place
+  if (more) a.allocate(more, 0);            // held until the allocator goes
   a.deallocate(big, 0);
   *x = a.allocate(10 * kMiB, 0);
   const auto offset = static_cast<std::size_t>(static_cast<char*>(*x) - static_cast<char*>(big));
@@ -115,8 +141,9 @@ TEST(LargePages, EmptyCacheGivesBackWholeLargePagesOnly) {
 
 TEST(LargePages, StitchingLendsWholePagesOnly) {
   // 195 MiB fit in no free block once x sits in big's memory; what can be lent is big's pages not under
-  // x, so the device needs exactly the ballast, 204 MiB and what lending cannot cover (the free part of
-  // x's pages).
+  // x, so the device needs exactly the ballast, 204 MiB, kMore and what lending cannot cover (the free
+  // part of x's pages). kMore makes the device big enough that big's pages are large ones.
+  constexpr std::size_t kMore = 2560 * kMiB;
   auto run = [](std::size_t spare_bytes, bool share = false) {
     SimBackendOptions o;
     o.granularity = 2 * kMiB;
@@ -125,13 +152,13 @@ TEST(LargePages, StitchingLendsWholePagesOnly) {
     Allocator p(probe);
     void* x = nullptr;
     void* pin = nullptr;
-    const std::size_t lendable = 200 * kMiB - pages_under(reuse_part(p, *probe, &x, &pin), 10 * kMiB);
-    o.capacity = kBallast + 204 * kMiB + (196 * kMiB - lendable) - spare_bytes;
+    const std::size_t lendable = 200 * kMiB - pages_under(reuse_part(p, *probe, &x, &pin, kMore), 10 * kMiB);
+    o.capacity = kBallast + 204 * kMiB + kMore + (196 * kMiB - lendable) - spare_bytes;
     AllocatorConfig config;
     config.share_part_pages = share;
     auto backend = std::make_shared<SimBackend>(o);
     Allocator a(backend, config);
-    reuse_part(a, *backend, &x, &pin);
+    reuse_part(a, *backend, &x, &pin, kMore);
     try {
       a.allocate(195 * kMiB, 0);
     } catch (const OutOfMemoryError&) {

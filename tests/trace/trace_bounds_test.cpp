@@ -1,5 +1,5 @@
 // The engine's memory bound on real PyTorch traces: peak reserved / peak live, the smallest capacity
-// that replays (--min-capacity) and a replay at 1.02x peak live (a limit, as `gpumem run --limit`),
+// that replays (--min-capacity) and a replay under a limit of 1.02x peak live (as `gpumem run --limit`),
 // one ctest per trace so they run in parallel. Replayed as the CUDA backend runs by default: 2 MiB
 // granules, 16 MiB pages for growth asked by requests of 128 MiB or more once 2 GiB are reserved.
 // The six shared traces live beside the repository (../shared/traces, or $GPUMEM_TRACE_DIR); those
@@ -47,10 +47,10 @@ TEST_P(TraceBound, PeakReservedAndMinCapacityStayWithinTheBound) {
   EXPECT_LE(r.ratio, b.ratio_bound) << "peak reserved " << r.peak_reserved << " over peak live " << live;
   EXPECT_LE(min.ratio, b.ratio_bound) << "smallest capacity " << min.capacity;
 
-  ReplayOptions limited;
+  ReplayOptions limited;  // gpumem's own limit, as `gpumem run --limit` (not a device that small)
   limited.page = kPage;
-  limited.capacity = std::uint64_t(std::ceil(live * b.limit));
-  EXPECT_EQ(replay(t, limited).ooms, 0u) << "at " << b.limit << "x peak live the replay must complete";
+  limited.limit = std::uint64_t(std::ceil(live * b.limit));
+  EXPECT_EQ(replay(t, limited).ooms, 0u) << "under a limit of " << b.limit << "x peak live the replay must complete";
 }
 
 // 1.01 is the target, met by every shared trace (llama_generate, the closest, 1.0099 since whole-page
@@ -63,7 +63,9 @@ TEST_P(TraceBound, PeakReservedAndMinCapacityStayWithinTheBound) {
 // _resnet: bench/gpu/train.py's LM (80 steps), ViT (40) and ResNet-50 (20) under gpumem on the H100, 2026-11-23.
 // gpt2_sample: bench/gpu/generate_more.py's top-k sampling (H100, 2026-11-23, through its peak), a workload
 // the engine was not tuned on: 2.93 MiB KV tensors (1.47 pages) left between holes each strand a part-page,
-// 1.0366 at the peak and 1.0218x to complete: a miss, held here.
+// 1.0366 at the peak and 1.0218x to complete: a miss, held here. Under a limit of 1.02x it runs out of
+// memory (6 allocations; on the H100 too, 2026-11-24: `gpumem run --limit` 1.02x native's peak stopped
+// with 18.54 MiB free in part-pages, largest 1.93 MiB, 11.72 MiB asked; 1.03x completed): held at 1.04x.
 // Recorded natively by bench/gpu/record_workloads.py on the H100 on 2026-11-23, workloads the engine was
 // not tuned on: bert_serve (BERT-base inference, 300 requests of batch 1..64 x length 16..512: 1.0307 and
 // 1.0437x to complete in 16 MiB pages, 1.0048 since small workloads keep granules), convnext_varres (timm
@@ -71,6 +73,13 @@ TEST_P(TraceBound, PeakReservedAndMinCapacityStayWithinTheBound) {
 // sampling), gpt2_beam (beam search, 4 beams) and t5_beam (T5 encoder-decoder, 3 beams): 1.0142 at the
 // peak and 1.0114x to complete, a miss held here (part-granules beside the beams' cache tensors, as
 // gpt2_sample).
+// Recorded the same way on the H100 on 2026-11-24: bart_sample (BART-large shape, sampling), moe_generate
+// (Mixtral-style, 8 experts, top-2, nucleus sampling), unet_varres (conv UNet, resolutions 32..128),
+// maskrcnn_varres (Mask R-CNN training and inference, 256..1100 px, 1..12 boxes with masks: 1.0103 at the
+// peak, a miss held here; 1.0035x to complete) and lm_accum_ckpt (GPT-2 medium shape, activation
+// checkpointing, 3-step accumulation, batch x length drawn per micro-batch: 1.028 at the peak, 46 of its
+// 16 MiB pages part-used then, a miss held here; 1.0144x to complete since no large pages are made above
+// half the device, 1.0276x before).
 INSTANTIATE_TEST_SUITE_P(
     Traces, TraceBound,
     ::testing::Values(Bound{"transformer_varlen.jsonl.gz", false, 1.01}, Bound{"resnet_varbatch.jsonl.gz", false, 1.01},
@@ -82,7 +91,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Bound{"train_resnet.jsonl.gz", true, 1.01}, Bound{"gpt2_sample.jsonl.gz", true, 1.037, 1.04},
                       Bound{"bert_serve.jsonl.gz", true, 1.01}, Bound{"convnext_varres.jsonl.gz", true, 1.01},
                       Bound{"llama_gqa.jsonl.gz", true, 1.01}, Bound{"gpt2_beam.jsonl.gz", true, 1.01},
-                      Bound{"t5_beam.jsonl.gz", true, 1.015}),
+                      Bound{"t5_beam.jsonl.gz", true, 1.015}, Bound{"bart_sample.jsonl.gz", true, 1.01},
+                      Bound{"moe_generate.jsonl.gz", true, 1.01}, Bound{"unet_varres.jsonl.gz", true, 1.01},
+                      Bound{"maskrcnn_varres.jsonl.gz", true, 1.011}, Bound{"lm_accum_ckpt.jsonl.gz", true, 1.029}),
     [](const auto& info) {
       std::string name = info.param.file;
       return name.substr(0, name.find('.'));

@@ -272,7 +272,7 @@ struct Squatter {
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
     const char* mib = std::getenv("GPUMEM_FAKE_CUDA_MIB");
-    const std::size_t capacity = (mib ? std::size_t(std::atoll(mib)) : 4096) * MiB;
+    const std::size_t capacity = (mib ? std::size_t(std::atoll(mib)) : 8192) * MiB;
     while (capacity - fake_cuda_state().used_bytes > leave) {
       CUmemGenericAllocationHandle h = 0;
       if (driver().cuMemCreate(&h, 2 * MiB, &prop, 0) != CUDA_SUCCESS) break;

@@ -64,7 +64,7 @@ struct Plain {
 struct FakeDriver {
   std::mutex mutex;
   int devices = 1;
-  std::size_t capacity = std::size_t(4096) << 20;
+  std::size_t capacity = std::size_t(8192) << 20;
   CUctx_st contexts[kMostDevices];
   std::unordered_map<CUmemGenericAllocationHandle, Physical> physical;
   CUmemGenericAllocationHandle next_handle = 1;

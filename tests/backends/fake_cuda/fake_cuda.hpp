@@ -2,7 +2,7 @@
 // entry points the CUDA backends call, over host memory, keeping CUDA's rules so that a backend that
 // breaks one fails here as it would on a GPU:
 //  - physical pages (cuMemCreate) are whole-granule memfds: importable from their exported fds (also in
-//    another process), freed once released and mapped nowhere; capacity GPUMEM_FAKE_CUDA_MIB (4096);
+//    another process), freed once released and mapped nowhere; capacity GPUMEM_FAKE_CUDA_MIB (8192);
 //  - cuMemMap maps a whole allocation at offset 0 inside a reserved range, never over another mapping;
 //    cuMemUnmap takes whole mappings; cuMemSetAccess only over mapped bytes; a copy only through
 //    mapped bytes with access (or cuMemAlloc memory);
