@@ -21,7 +21,7 @@ import tempfile
 import zipfile
 
 BINARIES = ["gpumem", "libgpumem.so", "libgpumem_monitor.so"]
-SHIM = ["gpumem_torch.py", "gpumem_ipc.py", "gpumem_history.py", "gpumem_sitecustomize.py"]
+SHIM = ["gpumem_torch.py", "gpumem_ipc.py", "gpumem_history.py", "gpumem_pools.py", "gpumem_sitecustomize.py"]
 
 
 def glibc_minor(paths):

@@ -38,7 +38,7 @@ if [[ "${1:-}" == "--prepare" ]]; then
   done
   # gpumem-exporter links Debian's cpp-httplib, which the GPU machine lacks: it travels beside it.
   cp -L /usr/lib/x86_64-linux-gnu/libcpp-httplib.so.0.11 "$BIN/" 2>/dev/null || true
-  cp "$BUILD/gpumem" "$BUILD/gpumem-exporter" "$BUILD/libgpumem.so" "$BUILD/gpumem_torch.py" "$BUILD/gpumem_ipc.py" "$BUILD/gpumem_history.py" "$BUILD/gpumem_sitecustomize.py" "$BUILD/tests/backends/backend_conformance_test" "$BIN/"
+  cp "$BUILD/gpumem" "$BUILD/gpumem-exporter" "$BUILD/libgpumem.so" "$BUILD/gpumem_torch.py" "$BUILD/gpumem_ipc.py" "$BUILD/gpumem_history.py" "$BUILD/gpumem_pools.py" "$BUILD/gpumem_sitecustomize.py" "$BUILD/tests/backends/backend_conformance_test" "$BIN/"
   strip "$BIN/gpumem" "$BIN/libgpumem.so" "$BIN/backend_conformance_test" "$BIN/stream_rule" "$BIN/host_cost" "$BIN/vmm_cost" "$BIN/vmm_overlap"
   du -sh "$BIN"
   exit 0
@@ -84,7 +84,7 @@ finish() {
 trap finish EXIT
 export LD_LIBRARY_PATH="$PWD/$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # cpp-httplib for gpumem-exporter
 
-for f in gpumem libgpumem.so gpumem_torch.py gpumem_ipc.py gpumem_history.py gpumem_sitecustomize.py backend_conformance_test stream_rule host_cost vmm_cost vmm_overlap; do
+for f in gpumem libgpumem.so gpumem_torch.py gpumem_ipc.py gpumem_history.py gpumem_pools.py gpumem_sitecustomize.py backend_conformance_test stream_rule host_cost vmm_cost vmm_overlap; do
   [[ -e $BIN/$f ]] || { echo "gpu-check: $BIN/$f is missing: run scripts/gpu-check.sh --prepare and carry $BIN"; exit 1; }
 done
 nvidia-smi -L

@@ -127,7 +127,7 @@ def _frame_text(frames):
     """The innermost frame outside torch itself (PyTorch's and gpumem's snapshots list innermost first)."""
     for f in frames:
         name = f.get("filename", "")
-        if "/torch/" not in name and not name.endswith("gpumem_torch.py"):
+        if "/torch/" not in name and not name.endswith(("gpumem_torch.py", "gpumem_pools.py")):
             return f"{name}:{f.get('line')} in {f.get('name')}"
     return None
 

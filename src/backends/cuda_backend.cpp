@@ -14,6 +14,7 @@
 #include "backends/cuda_driver.hpp"
 #include "backends/cuda_events.hpp"
 #include "backends/cuda_map_ahead.hpp"
+#include "backends/cuda_map_run.hpp"
 
 namespace gpumem {
 namespace {
@@ -250,12 +251,11 @@ class CudaBackend final : public Backend {
     map_run(va, {MapCall{bytes, chunk, offset}});
   }
 
-  // Every page of every call mapped, then one cuMemSetAccess for the whole run: access-setting costs
-  // tens of microseconds per call whatever its length, mapping about one per page.
+  // Every page of every call mapped, then access granted once per stretch (cuda_map_run.hpp).
   void map_run(DevicePtr va, const std::vector<MapCall>& calls) override {
     require_vmm("map");
     require_aligned(va, "mapping address");
-    std::vector<std::pair<CUmemGenericAllocationHandle, std::size_t>> pages;  // handle, its size
+    std::vector<SizedPage> pages;
     std::size_t run_bytes = 0;
     for (const MapCall& c : calls) {
       auto it = chunks_.find(c.chunk);
@@ -275,49 +275,11 @@ class CudaBackend final : public Backend {
     for (std::size_t i = 0, at = 0; i < calls.size(); at += calls[i].bytes, ++i)
       if (mappings_.count(va + at)) throw BackendError("cuda backend: address already mapped");
     ContextGuard guard(context_);
-    const Driver& d = driver();
     // Pages made ahead at exactly their address here are mapped with access already; pages made ahead
     // elsewhere, and any other page made ahead in the way, are unmapped from there first.
     const std::vector<char> ready = ahead_.premapped().prepare_run(pages, va, run_bytes, counts_.driver_unmaps);
     ahead_.clear(va, run_bytes);
-    std::size_t mapped = 0, mapped_bytes = 0;
-    CUresult r = CUDA_SUCCESS;
-    {
-      Timed timed(counts_.map_ns);
-      while (mapped < pages.size()) {
-        const auto [handle, size] = pages[mapped];
-        if (!ready[mapped]) {
-          r = d.cuMemMap(CUdeviceptr(va + mapped_bytes), size, 0, handle, 0);
-          ++counts_.driver_maps;
-          if (r != CUDA_SUCCESS) break;
-        }
-        ++mapped;
-        mapped_bytes += size;
-      }
-    }
-    const char* failed = "cuMemMap";
-    // Access once per stretch of pages mapped here (the pages made ahead have theirs).
-    for (std::size_t i = 0, at = 0; r == CUDA_SUCCESS && i < mapped;) {
-      std::size_t end = i, bytes = 0;
-      while (end < mapped && !ready[end]) bytes += pages[end++].second;
-      if (bytes) {
-        Timed timed(counts_.access_ns);
-        r = d.cuMemSetAccess(CUdeviceptr(va + at), bytes, accesses_.data(), accesses_.size());
-        failed = "cuMemSetAccess";
-        ++counts_.access_sets;
-      }
-      at += bytes;
-      for (; end < mapped && ready[end]; ++end) at += pages[end].second;
-      i = end;
-    }
-    if (r != CUDA_SUCCESS) {
-      for (std::size_t i = 0, at = 0; i < mapped; at += pages[i].second, ++i)
-        if (!ready[i]) {
-          d.cuMemUnmap(CUdeviceptr(va + at), pages[i].second);
-          ++counts_.driver_unmaps;
-        }
-      check(r, failed);  // leaves no partial state (pages made ahead stay where they were)
-    }
+    map_pages_with_access(va, pages, ready, accesses_, counts_);  // throws with no partial state
     ahead_.premapped().mapped(pages, ready);  // those are mapped for good now: unmap() removes them
     for (std::size_t i = 0, at = 0; i < calls.size(); at += calls[i].bytes, ++i)
       mappings_.emplace(va + at, MappedRange{calls[i].bytes, chunks_.at(calls[i].chunk).page});

@@ -194,55 +194,45 @@ int replay_once(const ReplayArgs& args, TraceInfo& t, std::uint64_t capacity, st
   return kExitOk;
 }
 
+// A size option's value into `out` when it was given; false (after saying why) when it does not parse.
+bool parse_size_option(const CLI::Option* option, const std::string& text, std::uint64_t& out) {
+  if (!option->count()) return true;
+  try {
+    out = parse_size(text);
+    return true;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "gpumem replay: %s: %s\n", option->get_name().c_str(), e.what());
+    return false;
+  }
+}
+
 int run_replay(const ReplayArgs& args) {
-  std::uint64_t page = trace::kDefaultReplayPage;
-  if (args.page_option->count()) {
-    try {
-      page = parse_size(args.page);
-    } catch (const std::invalid_argument& e) {
-      std::fprintf(stderr, "gpumem replay: --page: %s\n", e.what());
-      return kExitUsage;
-    }
-    if (page < 4096 || page > (std::uint64_t(1) << 30) || (page & (page - 1)) != 0) {
-      std::fprintf(stderr, "gpumem replay: --page must be a power of two from 4 KiB to 1 GiB, e.g. 2MiB or 16MiB\n");
-      return kExitUsage;
-    }
+  std::uint64_t page = trace::kDefaultReplayPage, capacity = trace::kDefaultReplayCapacity, limit = 0;
+  if (!parse_size_option(args.page_option, args.page, page) ||
+      !parse_size_option(args.capacity_option, args.capacity, capacity) ||
+      !parse_size_option(args.limit_option, args.limit, limit))
+    return kExitUsage;
+  if (page < 4096 || page > (std::uint64_t(1) << 30) || (page & (page - 1)) != 0) {
+    std::fprintf(stderr, "gpumem replay: --page must be a power of two from 4 KiB to 1 GiB, e.g. 2MiB or 16MiB\n");
+    return kExitUsage;
   }
   const std::uint64_t granule = std::min(page, trace::kReplayGranule);
-  std::uint64_t capacity = trace::kDefaultReplayCapacity;
-  if (args.capacity_option->count()) {
-    try {
-      capacity = parse_size(args.capacity);
-    } catch (const std::invalid_argument& e) {
-      std::fprintf(stderr, "gpumem replay: --capacity: %s\n", e.what());
-      return kExitUsage;
-    }
-    if (capacity > kMaxReplayCapacity) {
-      std::fprintf(stderr, "gpumem replay: --capacity must be at most 1 PiB\n");
-      return kExitUsage;
-    }
-    // Whole granules, as a device hands memory out (and as --min-capacity probes it): the large page is
-    // only the size gpumem grows in, and rounding to it would replay a smaller device than asked for.
-    capacity = capacity / granule * granule;
+  if (capacity > kMaxReplayCapacity) {
+    std::fprintf(stderr, "gpumem replay: --capacity must be at most 1 PiB\n");
+    return kExitUsage;
   }
+  // Whole granules, as a device hands memory out (and as --min-capacity probes it): the large page is
+  // only the size gpumem grows in, and rounding to it would replay a smaller device than asked for.
+  capacity = capacity / granule * granule;
   if (capacity < granule) {
     std::fprintf(stderr, "gpumem replay: --capacity must be at least one granule of the sim device (%s)\n",
                  format_bytes(granule).c_str());
     return kExitUsage;
   }
-  std::uint64_t limit = 0;
-  if (args.limit_option->count()) {
-    try {
-      limit = parse_size(args.limit);
-    } catch (const std::invalid_argument& e) {
-      std::fprintf(stderr, "gpumem replay: --limit: %s\n", e.what());
-      return kExitUsage;
-    }
-    if (limit < granule || limit > capacity) {
-      std::fprintf(stderr, "gpumem replay: --limit must be at least one granule (%s) and at most the capacity (%s)\n",
-                   format_bytes(granule).c_str(), format_bytes(capacity).c_str());
-      return kExitUsage;
-    }
+  if (args.limit_option->count() && (limit < granule || limit > capacity)) {
+    std::fprintf(stderr, "gpumem replay: --limit must be at least one granule (%s) and at most the capacity (%s)\n",
+                 format_bytes(granule).c_str(), format_bytes(capacity).c_str());
+    return kExitUsage;
   }
   TraceInfo t;
   try {

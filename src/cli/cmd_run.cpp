@@ -1,8 +1,9 @@
 // gpumem run [--limit SIZE | --fraction F] -- python train.py ...: runs an unmodified PyTorch program with
 // gpumem as its CUDA allocator. python/gpumem_sitecustomize.py, copied as sitecustomize.py into a private
 // directory first on PYTHONPATH, installs gpumem_torch when the program imports torch; GPUMEM_* variables
-// carry the settings. Needs libgpumem.so, gpumem_torch.py and gpumem_sitecustomize.py beside the gpumem
-// binary (the build and the wheel put them there) or where `cmake --install` puts them (install_layout.hpp).
+// carry the settings. Needs libgpumem.so, gpumem_torch.py (gpumem_pools.py beside it) and
+// gpumem_sitecustomize.py beside the gpumem binary (the build and the wheel put them there) or where
+// `cmake --install` puts them (install_layout.hpp).
 // Options: run_options.hpp; process handling: run_launcher.hpp.
 #include <cstdio>
 #include <cstdlib>
@@ -84,7 +85,8 @@ int run(const RunOptions& args) {
   const char* lib_env = std::getenv("GPUMEM_LIBRARY");
   const fs::path library = lib_env && *lib_env ? fs::path(lib_env) : runtime_file("libgpumem.so");
   const fs::path shim = runtime_file("gpumem_torch.py"), site = runtime_file("gpumem_sitecustomize.py");
-  for (const fs::path& need : {library, shim, site}) {
+  const fs::path pools = shim.parent_path() / "gpumem_pools.py";  // gpumem_torch imports it as it loads
+  for (const fs::path& need : {library, shim, pools, site}) {
     if (!fs::exists(need)) {
       std::fprintf(stderr, "gpumem run: %s is missing; build the whole project (it belongs beside the gpumem binary) "
                    "or install it (cmake --install, the .deb or the wheel)\n",
@@ -97,6 +99,7 @@ int run(const RunOptions& args) {
   const fs::path& dir = scratch.path();
   fs::copy_file(site, dir / "sitecustomize.py");
   fs::copy_file(shim, dir / "gpumem_torch.py");
+  fs::copy_file(pools, dir / "gpumem_pools.py");
   // CUDA IPC and memory history: optional modules, found beside the shim.
   for (const char* extra : {"gpumem_ipc.py", "gpumem_history.py"}) {
     const fs::path from = shim.parent_path() / extra;

@@ -24,7 +24,8 @@ else
   cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 fi
 for f in bin/gpumem lib/libgpumem.so lib/libgpumem_monitor.so include/gpumem/gpumem.h include/gpumem/gpumem_monitor.h \
-         share/gpumem/python/gpumem_torch.py share/gpumem/python/gpumem_sitecustomize.py \
+         share/gpumem/python/gpumem_torch.py share/gpumem/python/gpumem_pools.py \
+         share/gpumem/python/gpumem_sitecustomize.py \
          lib/cmake/gpumem/gpumemConfig.cmake lib/pkgconfig/gpumem.pc; do
   [[ -f $tmp/prefix/$f ]] || fail "cmake --install left out $f"
 done
