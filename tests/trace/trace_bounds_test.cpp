@@ -1,7 +1,8 @@
 // The engine's memory bound on real PyTorch traces: peak reserved / peak live, the smallest capacity
 // that replays (--min-capacity) and a replay under a limit of 1.02x peak live (as `gpumem run --limit`),
 // one ctest per trace so they run in parallel. Replayed as the CUDA backend runs by default: 2 MiB
-// granules, 16 MiB pages for growth asked by requests of 128 MiB or more once 2 GiB are reserved.
+// granules, 16 MiB pages for growth asked by requests of 128 MiB or more once 2 GiB are reserved (and
+// while under half the device or the limit).
 // The six shared traces live beside the repository (../shared/traces, or $GPUMEM_TRACE_DIR); those
 // recorded on the H100 and H200 on 2026-11-22 and 23 are in data/.
 #include <gtest/gtest.h>
