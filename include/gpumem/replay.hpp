@@ -91,12 +91,16 @@ struct MinCapacityResult {
   ReplayResult unconstrained;  // the replay at the default capacity the search started from
 };
 inline constexpr std::uint64_t kCapacityStep = std::uint64_t(2) << 20;
+// What the search sizes: the device (a capacity), or gpumem's own limit on an unbounded device (the
+// smallest `gpumem run --limit` the program fits under).
+enum class Searched { capacity, limit };
 using ProbeObserver = std::function<void(const CapacityProbe&)>;
 MinCapacityResult find_min_capacity(const Trace& trace, const ProbeObserver& observer = {},
-                                    std::uint64_t page = kDefaultReplayPage);
+                                    std::uint64_t page = kDefaultReplayPage, Searched searched = Searched::capacity);
 inline constexpr std::size_t kDefaultStepCacheBytes = std::size_t(128) << 20;
 MinCapacityResult find_min_capacity(const std::string& path, TraceInfo& info, const ProbeObserver& observer = {},
                                     std::uint64_t page = kDefaultReplayPage,
-                                    std::size_t cache_bytes = kDefaultStepCacheBytes);
+                                    std::size_t cache_bytes = kDefaultStepCacheBytes,
+                                    Searched searched = Searched::capacity);
 
 }  // namespace gpumem::trace

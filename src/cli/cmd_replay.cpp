@@ -1,4 +1,4 @@
-// gpumem replay TRACE [--capacity SIZE] [--limit SIZE] [--json] [--min-capacity]: thin CLI over gpumem/replay.hpp.
+// gpumem replay TRACE [--capacity SIZE] [--limit SIZE] [--json] [--min-capacity | --min-limit]: thin CLI over gpumem/replay.hpp.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -137,38 +137,45 @@ struct ReplayArgs {
   CLI::Option* page_option = nullptr;
   bool json = false;
   bool min_capacity = false;
+  bool min_limit = false;
   bool map_ahead = false;
 };
 
 // The sim device models at most this much memory: beyond it sizes stop being realistic and sums overflow.
 constexpr std::uint64_t kMaxReplayCapacity = std::uint64_t(1) << 50;
 
+// --min-capacity (the device) or --min-limit (gpumem's limit on an unbounded device): JSON keys min_capacity*
+// or min_limit*.
 int find_min_capacity(const ReplayArgs& args, TraceInfo& t, std::uint64_t page) {
+  const bool limit = args.min_limit;
+  const char* what = limit ? "limit" : "capacity";
+  const std::string key = limit ? "min_limit" : "min_capacity";
   auto observer = [&](const trace::CapacityProbe& p) {
     if (args.json) return;
-    std::fprintf(stderr, "probe %zu/~%zu: capacity %s: %s\n", p.number, p.estimated_total, bytes(p.capacity).c_str(),
+    std::fprintf(stderr, "probe %zu/~%zu: %s %s: %s\n", p.number, p.estimated_total, what, bytes(p.capacity).c_str(),
                  p.ok ? "ok" : fmt::format("OOM at event {}", grouped(p.oom ? p.oom->event_index : 0)).c_str());
   };
   trace::MinCapacityResult m;
   try {
-    m = trace::find_min_capacity(args.path, t, observer, page);
+    m = trace::find_min_capacity(args.path, t, observer, page, trace::kDefaultStepCacheBytes,
+                                 limit ? trace::Searched::limit : trace::Searched::capacity);
   } catch (const OutOfMemoryError& e) {
-    if (args.json) print_json(nlohmann::json{{"trace", t.path}, {"min_capacity", nullptr}, {"error", e.what()}});
+    if (args.json) print_json(nlohmann::json{{"trace", t.path}, {key, nullptr}, {"error", e.what()}});
     std::fflush(stdout);
     std::fprintf(stderr, "gpumem replay: %s\n", e.what());
     return kExitOutOfMemory;
   }
   if (args.json) {
     nlohmann::json j = to_json(t, m.unconstrained);
-    j["min_capacity"] = m.capacity;
-    j["min_capacity_ratio"] = m.ratio;
-    j["min_capacity_probes"] = m.probes;
-    j["min_capacity_seconds"] = m.seconds;
+    j[key] = m.capacity;
+    j[key + "_ratio"] = m.ratio;
+    j[key + "_probes"] = m.probes;
+    j[key + "_seconds"] = m.seconds;
     print_json(j);
   } else {
     print_table(t, m.unconstrained);
-    std::printf("  %-22s %s = %.4f x peak live (%zu probes at 2 MiB steps, %.2f s)\n", "min capacity", bytes(m.capacity).c_str(),
-                m.ratio, m.probes, m.seconds);
+    std::printf("  %-22s %s = %.4f x peak live (%zu probes at 2 MiB steps, %.2f s)\n", limit ? "min limit" : "min capacity",
+                bytes(m.capacity).c_str(), m.ratio, m.probes, m.seconds);
   }
   return kExitOk;
 }
@@ -236,7 +243,7 @@ int run_replay(const ReplayArgs& args) {
   }
   TraceInfo t;
   try {
-    return args.min_capacity ? find_min_capacity(args, t, page) : replay_once(args, t, capacity, page, limit);
+    return args.min_capacity || args.min_limit ? find_min_capacity(args, t, page) : replay_once(args, t, capacity, page, limit);
   } catch (const trace::TraceError& e) {
     std::fprintf(stderr, "gpumem replay: %s\n", e.what());
     return kExitUsage;
@@ -272,6 +279,13 @@ CommandRunner setup_replay(CLI::App& sub) {
                "and its ratio to peak live; progress on stderr")
       ->excludes(cap)
       ->excludes(limit);
+  sub.add_flag("--min-limit", args->min_limit,
+               "Search the same way the smallest --limit (gpumem's own cap, as `gpumem run --limit` sets it) "
+               "under which the trace replays without OOM on an unbounded device: the limit to run the program "
+               "with")
+      ->excludes(cap)
+      ->excludes(limit)
+      ->excludes("--min-capacity");
   sub.add_flag("--map-ahead", args->map_ahead,
                "Count the pages the CUDA backend would make ahead of need on its own thread: made, and unmapped "
                "unused (JSON keys ahead_pages, ahead_unused); they take the device's capacity while they wait");

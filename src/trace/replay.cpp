@@ -176,7 +176,7 @@ std::uint64_t round_up(std::uint64_t v, std::uint64_t step) { return (v + step -
 // The bisection, over any way of replaying the trace at a capacity (the unconstrained run already done).
 MinCapacityResult search_min_capacity(MinCapacityResult out, std::uint64_t limit, const ProbeObserver& observer,
                                       const std::function<ReplayResult(const ReplayOptions&)>& replay_at,
-                                      std::uint64_t page, Clock::time_point start) {
+                                      std::uint64_t page, Searched searched, Clock::time_point start) {
   if (out.unconstrained.ooms) {
     throw OutOfMemoryError("the trace does not replay even with " + format_bytes(kDefaultReplayCapacity) + " of device memory");
   }
@@ -188,7 +188,7 @@ MinCapacityResult search_min_capacity(MinCapacityResult out, std::uint64_t limit
 
   auto probe = [&](std::uint64_t capacity) {
     ReplayOptions options;
-    options.capacity = capacity;
+    (searched == Searched::limit ? options.limit : options.capacity) = capacity;
     options.page = page;
     options.stop_at_first_oom = true;
     const ReplayResult r = replay_at(options);
@@ -234,7 +234,8 @@ ReplayResult replay(const std::string& path, TraceInfo& info, const ReplayOption
   return r;
 }
 
-MinCapacityResult find_min_capacity(const Trace& trace, const ProbeObserver& observer, std::uint64_t page) {
+MinCapacityResult find_min_capacity(const Trace& trace, const ProbeObserver& observer, std::uint64_t page,
+                                    Searched searched) {
   const auto start = Clock::now();
   MinCapacityResult out;
   ReplayOptions unconstrained;
@@ -242,11 +243,11 @@ MinCapacityResult find_min_capacity(const Trace& trace, const ProbeObserver& obs
   out.unconstrained = replay(trace, unconstrained);
   return search_min_capacity(
       std::move(out), trace.summary.peak_requested, observer, [&](const ReplayOptions& o) { return replay(trace, o); }, page,
-      start);
+      searched, start);
 }
 
 MinCapacityResult find_min_capacity(const std::string& path, TraceInfo& info, const ProbeObserver& observer,
-                                    std::uint64_t page, std::size_t cache_bytes) {
+                                    std::uint64_t page, std::size_t cache_bytes, Searched searched) {
   const auto start = Clock::now();
   MinCapacityResult out;
   ReplayOptions unconstrained;
@@ -266,7 +267,7 @@ MinCapacityResult find_min_capacity(const std::string& path, TraceInfo& info, co
     player.play(cache.steps);
     return player.finish(info.summary);
   };
-  return search_min_capacity(std::move(out), info.summary.peak_requested, observer, replay_at, page, start);
+  return search_min_capacity(std::move(out), info.summary.peak_requested, observer, replay_at, page, searched, start);
 }
 
 }  // namespace gpumem::trace

@@ -156,6 +156,23 @@ TEST_F(ReplayCli, MinCapacityByHand) {
   EXPECT_NEAR(json["min_capacity_ratio"].get<double>(), 4.0 / 3.0, 1e-6);
 }
 
+TEST_F(ReplayCli, MinLimitSearchesGpumemsLimit) {
+  const std::string small = write("small.jsonl", kSmall);
+  const Outcome r = gpumem({small, "--min-limit", "--page", "2MiB"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("min limit              10,485,760 (10.00 MiB) = 1.0000 x peak live"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find(": limit "), std::string::npos) << r.err;
+  const Outcome j = gpumem({write("odd.jsonl", trace_text({{"alloc", 1, 3 * MiB + 1}})), "--min-limit", "--json"});
+  EXPECT_EQ(j.status, 0) << j.err;
+  const auto json = nlohmann::json::parse(j.out);
+  EXPECT_EQ(json["min_limit"], 4 * MiB);
+  EXPECT_FALSE(json.contains("min_capacity"));
+  // What it found replays under --limit; it searches a limit, so no device size or limit goes with it.
+  EXPECT_EQ(gpumem({small, "--limit", "10MiB", "--page", "2MiB"}).status, 0);
+  for (const char* other : {"--min-capacity", "--capacity=1GiB", "--limit=1GiB"})
+    EXPECT_EQ(gpumem({small, "--min-limit", other}).status, 2) << other;
+}
+
 TEST_F(ReplayCli, BadInputExitsTwoWithOneSentence) {
   struct Case {
     std::vector<std::string> args;
