@@ -4,8 +4,8 @@ set in gpumem_torch.install(); these are the calls PyTorch's pluggable allocator
 gpumem's pools instead.
 
 Contract: this module imports no other gpumem module. gpumem_torch imports it when it loads, calls
-bind(gpumem_torch) at once and re-exports its names (gpumem_torch.MemPool, gpumem_torch.pool_live_blocks,
-...); install() calls _install_pool_support(torch). Everything here reaches the library (_load, _lib, which
+bind(gpumem_torch) at once and re-exports MemPool and pool_live_blocks (gpumem_torch.MemPool, ...); install()
+calls _install_pool_support(torch). Everything here reaches the library (_load, _lib, which
 is None until it loads), _check, _device, deallocate and GpumemError through that module, at call time.
 """
 import ctypes

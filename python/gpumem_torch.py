@@ -387,10 +387,7 @@ def install(patch_torch=True):
 
 # ---- Private pools and CUDA graphs: gpumem_pools.py, beside this file (its docstring says the contract).
 import gpumem_pools as _pools  # noqa: E402
-from gpumem_pools import (  # noqa: E402,F401  (re-exported: gpumem_torch.MemPool, gpumem_torch.pool_live_blocks)
-    MemPool, _PoolCheckpoint, _POOL_TAG, _addresses, _check_pool_live_allocations, _get_checkpoint_state,
-    _install_pool_support, _pool_serial, _restored_blocks, _set_checkpoint_pool_state, _wrap_raw_delete,
-    pool_live_blocks)
+from gpumem_pools import MemPool, _install_pool_support, pool_live_blocks  # noqa: E402,F401  (re-exported)
 
 _pools.bind(sys.modules[__name__])
 

@@ -101,7 +101,7 @@ Block* Arena::grow(std::size_t size) {
 Region& Arena::new_region(std::size_t min_bytes) {
   std::size_t va = config_.pool_va_bytes;
   if (!va) {
-    std::size_t total = backend_.mem_info().total;
+    std::size_t total = device_total();
     va = small_ ? std::max(total / 8, std::size_t(1) << 30) : total;
   }
   va = round_up(std::max(va, min_bytes), granularity_);
