@@ -13,6 +13,7 @@
 #include "backends/fake_cuda/fake_cuda.hpp"
 #endif
 #include "gpumem/cuda_backend.hpp"
+#include "wait_child.hpp"
 
 namespace {
 
@@ -153,11 +154,10 @@ std::string in_child(Fn fn) {
   }
   close(fds[1]);
   std::string out;
-  char buf[512];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, std::size_t(n));
+  const bool closed = gpumem::testing::read_until_closed(fds[0], out, std::chrono::steady_clock::now() + gpumem::testing::kChildDeadline);
   close(fds[0]);
   int status = 0;
-  waitpid(pid, &status, 0);
+  if (!gpumem::testing::wait_child(pid, &status) || !closed) return "the child did not finish in time";
   return out;
 }
 

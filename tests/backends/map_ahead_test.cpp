@@ -14,6 +14,8 @@
 
 #include <gtest/gtest.h>
 
+#include "wait_child.hpp"
+
 namespace gpumem {
 namespace {
 
@@ -246,7 +248,7 @@ TEST(MapAhead, AForkedChildNeitherWaitsForNorTouchesItsParentsWorker) {
     _exit(ok ? 0 : 1);  // the destructor is not run here; see ForkedChildDestroys below
   }
   int status = 0;
-  waitpid(pid, &status, 0);
+  ASSERT_TRUE(testing::wait_child(pid, &status)) << "the forked child hung";
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_EQ(ahead.take(kBase, 4).size(), 4u);
 }
@@ -263,7 +265,7 @@ TEST(MapAhead, AForkedChildDestroysItsCopyWithoutJoining) {
     _exit(0);
   }
   int status = 0;
-  waitpid(pid, &status, 0);
+  ASSERT_TRUE(testing::wait_child(pid, &status)) << "the forked child hung";
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_EQ(ahead->waiting(), 4u);
   delete ahead;

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <thread>
 
 #include "nvml/fake_nvml_env.hpp"
@@ -171,11 +172,18 @@ TEST(PcieSampler, BlockedThroughputCallsDelayNothing) {
   block(1);
   {
     PcieSampler sampler(nvml, {*nvml->device(0)});
-    while (inflight() == 0) std::this_thread::yield();  // the sampler is now stuck inside NVML
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    auto before_deadline = [&] { return std::chrono::steady_clock::now() < deadline; };
+    while (inflight() == 0 && before_deadline()) std::this_thread::yield();  // the sampler is now stuck inside NVML
+    if (inflight() == 0) {
+      block(0);  // so the sampler's thread can be joined
+      FAIL() << "the sampler never asked NVML for PCIe throughput";
+    }
     EXPECT_FALSE(sampler.latest(0).rx_kbps.has_value());
     EXPECT_TRUE(nvml->temperature(*nvml->device(0)));
     block(0);
-    while (sampler.rounds() == 0) std::this_thread::yield();
+    while (sampler.rounds() == 0 && before_deadline()) std::this_thread::yield();
+    ASSERT_GT(sampler.rounds(), 0u) << "the sampler never finished a round once NVML answered";
     EXPECT_EQ(sampler.latest(0).rx_kbps, 2048u);
     EXPECT_EQ(sampler.latest(0).tx_kbps, 1024u);
   }
