@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Replays every trace (../shared/traces and data/) with --min-capacity and prints, one line per trace,
 # peak reserved / peak live, the smallest capacity that replays / peak live, and the driver calls.
-# Usage: scripts/replay-all.sh [GPUMEM_BINARY] [extra replay flags...]   (default build/gpumem)
+# With MIN_LIMIT=1 also the smallest gpumem --limit that replays / peak live (a second search per trace,
+# about as long again): the limit to run the program with, which can differ from the smallest device.
+# Usage: [MIN_LIMIT=1] scripts/replay-all.sh [GPUMEM_BINARY] [extra replay flags...]   (default build/gpumem)
 # Judge an engine change by the worst line, never the mean (issue 7).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,11 +11,23 @@ bin=${1:-build/gpumem}
 shift || true
 [ -x "$bin" ] || { echo "replay-all: no gpumem binary at $bin (make first, or pass its path)" >&2; exit 2; }
 traces=(../shared/traces/*.jsonl.gz data/*.jsonl.gz)
-printf '%-30s %8s %12s %8s\n' trace ratio min-capacity calls
+with_limit=${MIN_LIMIT:-0}
+if [ "$with_limit" = 1 ]; then
+  printf '%-30s %8s %12s %10s %8s\n' trace ratio min-capacity min-limit calls
+else
+  printf '%-30s %8s %12s %8s\n' trace ratio min-capacity calls
+fi
 for t in "${traces[@]}"; do
   [ -e "$t" ] || continue
-  "$bin" replay --json --min-capacity "$@" "$t" 2>/dev/null | python3 -c '
+  capacity=$("$bin" replay --json --min-capacity "$@" "$t" 2>/dev/null)
+  limit='{}'
+  [ "$with_limit" = 1 ] && limit=$("$bin" replay --json --min-limit "$@" "$t" 2>/dev/null)
+  python3 -c '
 import json, sys
-j = json.load(sys.stdin)
-print("%-30s %8.4f %12.4f %8d" % (j["trace"].split("/")[-1], j["ratio"], j["min_capacity_ratio"], j["driver_calls"]))'
+j, l = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+name = j["trace"].split("/")[-1]
+if l:
+    print("%-30s %8.4f %12.4f %10.4f %8d" % (name, j["ratio"], j["min_capacity_ratio"], l["min_limit_ratio"], j["driver_calls"]))
+else:
+    print("%-30s %8.4f %12.4f %8d" % (name, j["ratio"], j["min_capacity_ratio"], j["driver_calls"]))' "$capacity" "$limit"
 done
