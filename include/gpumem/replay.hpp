@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <vector>
 
 #include "gpumem/backend.hpp"
 #include "gpumem/trace.hpp"
@@ -83,9 +84,17 @@ struct CapacityProbe {
   bool ok = false;
   std::optional<ReplayOom> oom;  // where it failed
 };
+// The bisection assumes that more memory never hurts; it can (where stitching's holes fill the address
+// range and growth moves on decides the layout). So sizes between the minimum and the verified top are
+// probed too, at most kAboveProbes of them, spread evenly: `every_above` is the smallest size from which
+// every probed size replays (== capacity when none failed), `failed_above` the sizes that did not.
+inline constexpr std::size_t kAboveProbes = 8;
 struct MinCapacityResult {
   std::uint64_t capacity = 0;
   double ratio = 0;  // capacity / peak_requested
+  std::uint64_t every_above = 0;
+  double every_above_ratio = 0;
+  std::vector<std::uint64_t> failed_above;
   std::size_t probes = 0;
   double seconds = 0;
   ReplayResult unconstrained;  // the replay at the default capacity the search started from
@@ -97,6 +106,12 @@ enum class Searched { capacity, limit };
 using ProbeObserver = std::function<void(const CapacityProbe&)>;
 MinCapacityResult find_min_capacity(const Trace& trace, const ProbeObserver& observer = {},
                                     std::uint64_t page = kDefaultReplayPage, Searched searched = Searched::capacity);
+// The search itself over any replay at a capacity or limit (a test's can fail where it chooses):
+// `unconstrained` is the replay without either, `peak_live` the trace's peak live bytes.
+MinCapacityResult search_min_capacity(const ReplayResult& unconstrained, std::uint64_t peak_live,
+                                      const std::function<ReplayResult(const ReplayOptions&)>& replay_at,
+                                      const ProbeObserver& observer = {}, std::uint64_t page = kDefaultReplayPage,
+                                      Searched searched = Searched::capacity);
 inline constexpr std::size_t kDefaultStepCacheBytes = std::size_t(128) << 20;
 MinCapacityResult find_min_capacity(const std::string& path, TraceInfo& info, const ProbeObserver& observer = {},
                                     std::uint64_t page = kDefaultReplayPage,

@@ -169,6 +169,9 @@ int find_min_capacity(const ReplayArgs& args, TraceInfo& t, std::uint64_t page) 
     nlohmann::json j = to_json(t, m.unconstrained);
     j[key] = m.capacity;
     j[key + "_ratio"] = m.ratio;
+    j[key + "_every_above"] = m.every_above;
+    j[key + "_every_above_ratio"] = m.every_above_ratio;
+    j[key + "_failed_above"] = m.failed_above;
     j[key + "_probes"] = m.probes;
     j[key + "_seconds"] = m.seconds;
     print_json(j);
@@ -176,6 +179,12 @@ int find_min_capacity(const ReplayArgs& args, TraceInfo& t, std::uint64_t page) 
     print_table(t, m.unconstrained);
     std::printf("  %-22s %s = %.4f x peak live (%zu probes at 2 MiB steps, %.2f s)\n", limit ? "min limit" : "min capacity",
                 bytes(m.capacity).c_str(), m.ratio, m.probes, m.seconds);
+    if (!m.failed_above.empty()) {
+      std::string failed;
+      for (std::uint64_t c : m.failed_above) failed += (failed.empty() ? "" : ", ") + bytes(c);
+      std::printf("  %-22s %s = %.4f x peak live (larger sizes out of memory: %s)\n", "every size from",
+                  bytes(m.every_above).c_str(), m.every_above_ratio, failed.c_str());
+    }
   }
   return kExitOk;
 }
@@ -276,7 +285,9 @@ CommandRunner setup_replay(CLI::App& sub) {
                                      "device_calls, ooms, seconds, ...)");
   sub.add_flag("--min-capacity", args->min_capacity,
                "Search (bisection at 2 MiB steps) the smallest capacity that replays without OOM and report it "
-               "and its ratio to peak live; progress on stderr")
+               "and its ratio to peak live; up to 8 sizes between it and the peak are replayed too, and any that "
+               "run out of memory are named with the smallest size from which every probed one runs "
+               "(JSON keys min_capacity_every_above, min_capacity_failed_above); progress on stderr")
       ->excludes(cap)
       ->excludes(limit);
   sub.add_flag("--min-limit", args->min_limit,

@@ -174,9 +174,9 @@ ReplayResult stream_replay(TraceReader& reader, TraceInfo& info, const ReplayOpt
 std::uint64_t round_up(std::uint64_t v, std::uint64_t step) { return (v + step - 1) / step * step; }
 
 // The bisection, over any way of replaying the trace at a capacity (the unconstrained run already done).
-MinCapacityResult search_min_capacity(MinCapacityResult out, std::uint64_t limit, const ProbeObserver& observer,
-                                      const std::function<ReplayResult(const ReplayOptions&)>& replay_at,
-                                      std::uint64_t page, Searched searched, Clock::time_point start) {
+MinCapacityResult search(MinCapacityResult out, std::uint64_t limit, const ProbeObserver& observer,
+                         const std::function<ReplayResult(const ReplayOptions&)>& replay_at, std::uint64_t page,
+                         Searched searched, Clock::time_point start) {
   if (out.unconstrained.ooms) {
     throw OutOfMemoryError("the trace does not replay even with " + format_bytes(kDefaultReplayCapacity) + " of device memory");
   }
@@ -203,12 +203,25 @@ MinCapacityResult search_min_capacity(MinCapacityResult out, std::uint64_t limit
     ++estimate;
     if (hi > kDefaultReplayCapacity) throw OutOfMemoryError("no capacity up to " + format_bytes(kDefaultReplayCapacity) + " replays the trace");
   }
+  const std::uint64_t top = hi;
   while (hi - lo > kCapacityStep) {
     const std::uint64_t mid = lo + (hi - lo) / kCapacityStep / 2 * kCapacityStep;
     (probe(mid) ? hi : lo) = mid;
   }
   out.capacity = hi;
   out.ratio = limit ? double(hi) / double(limit) : 0.0;
+  // Sizes between the minimum and the verified top (see kAboveProbes).
+  const std::uint64_t steps = (top - hi) / kCapacityStep;  // sizes above the minimum, the top included
+  const std::uint64_t stride = std::max<std::uint64_t>(1, (steps + kAboveProbes - 1) / kAboveProbes);
+  estimate = out.probes + (steps ? (steps - 1) / stride : 0);
+  out.every_above = hi;
+  for (std::uint64_t k = stride; k < steps; k += stride) {
+    const std::uint64_t capacity = hi + k * kCapacityStep;
+    if (probe(capacity)) continue;
+    out.failed_above.push_back(capacity);
+    out.every_above = capacity + kCapacityStep;
+  }
+  out.every_above_ratio = limit ? double(out.every_above) / double(limit) : 0.0;
   out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return out;
 }
@@ -241,9 +254,8 @@ MinCapacityResult find_min_capacity(const Trace& trace, const ProbeObserver& obs
   ReplayOptions unconstrained;
   unconstrained.page = page;
   out.unconstrained = replay(trace, unconstrained);
-  return search_min_capacity(
-      std::move(out), trace.summary.peak_requested, observer, [&](const ReplayOptions& o) { return replay(trace, o); }, page,
-      searched, start);
+  return search(std::move(out), trace.summary.peak_requested, observer,
+                [&](const ReplayOptions& o) { return replay(trace, o); }, page, searched, start);
 }
 
 MinCapacityResult find_min_capacity(const std::string& path, TraceInfo& info, const ProbeObserver& observer,
@@ -267,7 +279,15 @@ MinCapacityResult find_min_capacity(const std::string& path, TraceInfo& info, co
     player.play(cache.steps);
     return player.finish(info.summary);
   };
-  return search_min_capacity(std::move(out), info.summary.peak_requested, observer, replay_at, page, searched, start);
+  return search(std::move(out), info.summary.peak_requested, observer, replay_at, page, searched, start);
+}
+
+MinCapacityResult search_min_capacity(const ReplayResult& unconstrained, std::uint64_t peak_live,
+                                      const std::function<ReplayResult(const ReplayOptions&)>& replay_at,
+                                      const ProbeObserver& observer, std::uint64_t page, Searched searched) {
+  MinCapacityResult out;
+  out.unconstrained = unconstrained;
+  return search(std::move(out), peak_live, observer, replay_at, page, searched, Clock::now());
 }
 
 }  // namespace gpumem::trace

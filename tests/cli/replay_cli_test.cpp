@@ -154,6 +154,9 @@ TEST_F(ReplayCli, MinCapacityByHand) {
   const auto json = nlohmann::json::parse(j.out);
   EXPECT_EQ(json["min_capacity"], 4 * MiB);
   EXPECT_NEAR(json["min_capacity_ratio"].get<double>(), 4.0 / 3.0, 1e-6);
+  EXPECT_EQ(json["min_capacity_every_above"], 4 * MiB);  // no larger size failed
+  EXPECT_EQ(json["min_capacity_failed_above"], nlohmann::json::array());
+  EXPECT_EQ(r.out.find("every size from"), std::string::npos) << r.out;
 }
 
 TEST_F(ReplayCli, MinLimitSearchesGpumemsLimit) {

@@ -1,6 +1,9 @@
 // replay() and find_min_capacity() on small traces whose answers follow from the trace by hand.
 #include <gtest/gtest.h>
 
+#include <set>
+#include <vector>
+
 #include <string>
 
 #include "gpumem/replay.hpp"
@@ -85,6 +88,50 @@ TEST(MinCapacity, IsThePhysicalLimitRoundedToPages) {
   const MinCapacityResult o = find_min_capacity(odd, {}, 2 * MiB);
   EXPECT_EQ(o.capacity, 4 * MiB);
   EXPECT_NEAR(o.ratio, 4.0 / 3.0, 1e-6);
+}
+
+// More memory can hurt (gpt2_sample ran on 414 and 420 MiB devices, not on 418): the sizes between the
+// minimum and the top are probed too, and a failure among them is reported with the size from which
+// every probed one runs.
+TEST(MinCapacity, SizesAboveTheMinimumThatFailAreNamed) {
+  constexpr std::uint64_t kLive = 400 * MiB;
+  ReplayResult unconstrained;
+  unconstrained.peak_reserved = 440 * MiB;  // the top: 440 MiB
+  auto runs_on = [](std::set<std::uint64_t> failing_mib) {
+    return [failing_mib](const ReplayOptions& o) {
+      ReplayResult r;
+      const std::uint64_t c = o.capacity / MiB;
+      r.ooms = c < 410 || failing_mib.count(c) ? 1 : 0;
+      return r;
+    };
+  };
+  std::vector<std::uint64_t> probed;
+  const MinCapacityResult m = search_min_capacity(unconstrained, kLive, runs_on({422, 434}),
+                                                  [&](const CapacityProbe& p) { probed.push_back(p.capacity / MiB); });
+  EXPECT_EQ(m.capacity, 410 * MiB);
+  // The top, the bisection (418, 408, 412, 410), then 14 sizes between 410 and 440, every second one
+  // (at most kAboveProbes): 414, 418, 422 (fails), 426, 430, 434 (fails), 438.
+  EXPECT_EQ(probed, (std::vector<std::uint64_t>{440, 418, 408, 412, 410, 414, 418, 422, 426, 430, 434, 438}));
+  EXPECT_EQ(m.probes, probed.size());
+  EXPECT_EQ(m.failed_above, (std::vector<std::uint64_t>{422 * MiB, 434 * MiB}));
+  EXPECT_EQ(m.every_above, 436 * MiB);
+  EXPECT_DOUBLE_EQ(m.every_above_ratio, 436.0 / 400.0);
+
+  // Nothing fails above the minimum: every_above is the minimum, nothing is named.
+  const MinCapacityResult clean = search_min_capacity(unconstrained, kLive, runs_on({}));
+  EXPECT_EQ(clean.capacity, 410 * MiB);
+  EXPECT_EQ(clean.every_above, 410 * MiB);
+  EXPECT_TRUE(clean.failed_above.empty());
+
+  // The same for a limit (the replay is asked with a limit, not a capacity).
+  const MinCapacityResult limit = search_min_capacity(unconstrained, kLive, [](const ReplayOptions& o) {
+    ReplayResult r;
+    r.ooms = o.capacity != kDefaultReplayCapacity || o.limit / MiB < 412 || o.limit / MiB == 428 ? 1 : 0;
+    return r;
+  }, {}, kDefaultReplayPage, Searched::limit);
+  EXPECT_EQ(limit.capacity, 412 * MiB);
+  EXPECT_EQ(limit.failed_above, std::vector<std::uint64_t>{428 * MiB});
+  EXPECT_EQ(limit.every_above, 430 * MiB);
 }
 
 // The allocation trace gpumem itself recorded (GPUMEM_TRACE) while training the transformer LM of

@@ -1,8 +1,8 @@
 // The engine's memory bound on real PyTorch traces: peak reserved / peak live, the smallest capacity
-// that replays (--min-capacity) and a replay under a limit of 1.02x peak live (as `gpumem run --limit`),
-// one ctest per trace so they run in parallel. Replayed as the CUDA backend runs by default: 2 MiB
-// granules, 16 MiB pages for growth asked by requests of 128 MiB or more once 2 GiB are reserved (and
-// while under half the device or the limit).
+// that replays (--min-capacity; every size probed above it too) and a replay under a limit of 1.02x peak
+// live (as `gpumem run --limit`), one ctest per trace so they run in parallel. Replayed as the CUDA
+// backend runs by default: 2 MiB granules, 16 MiB pages for growth asked by requests of 128 MiB or more
+// once 2 GiB are reserved (and while under half the device or the limit).
 // The six shared traces live beside the repository (../shared/traces, or $GPUMEM_TRACE_DIR); those
 // recorded on the H100 and H200 on 2026-11-22 and 23 are in data/.
 #include <gtest/gtest.h>
@@ -47,6 +47,8 @@ TEST_P(TraceBound, PeakReservedAndMinCapacityStayWithinTheBound) {
   EXPECT_EQ(r.ooms, 0u);
   EXPECT_LE(r.ratio, b.ratio_bound) << "peak reserved " << r.peak_reserved << " over peak live " << live;
   EXPECT_LE(min.ratio, b.ratio_bound) << "smallest capacity " << min.capacity;
+  EXPECT_LE(min.every_above_ratio, b.ratio_bound) << "a larger capacity ran out of memory: every size runs from "
+                                                  << min.every_above;
 
   ReplayOptions limited;  // gpumem's own limit, as `gpumem run --limit` (not a device that small)
   limited.page = kPage;
