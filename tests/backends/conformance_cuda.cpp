@@ -154,10 +154,11 @@ std::string in_child(Fn fn) {
   }
   close(fds[1]);
   std::string out;
-  const bool closed = gpumem::testing::read_until_closed(fds[0], out, std::chrono::steady_clock::now() + gpumem::testing::kChildDeadline);
+  using namespace gpumem::testing;
+  const bool closed = read_until_closed(fds[0], out, std::chrono::steady_clock::now() + kChildDeadline);
   close(fds[0]);
   int status = 0;
-  if (!gpumem::testing::wait_child(pid, &status) || !closed) return "the child did not finish in time";
+  if (!wait_child(pid, &status) || !closed) return "the child did not finish in time";
   return out;
 }
 

@@ -14,6 +14,7 @@
 
 #include "monitor/run_gpumem.hpp"
 #include "nvml/fake_nvml_env.hpp"
+#include "wait_child.hpp"
 
 namespace gpumem::testing {
 namespace {
@@ -76,17 +77,10 @@ struct Child {
     if (pid <= 0) return -1;
     kill(pid, sig);
     int status = 0;
-    for (int i = 0; i < 100; ++i) {
-      if (waitpid(pid, &status, WNOHANG) == pid) {
-        pid = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(50ms);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
+    const bool exited = gpumem::testing::wait_child(pid, &status, 5s);  // else killed
     pid = -1;
-    return -1;
+    if (!exited) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
   ~Child() {
     stop();
