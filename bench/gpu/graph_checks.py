@@ -274,6 +274,103 @@ def compile_reduce_overhead_inference():
     return True, "10 inference steps (3 shapes) match eager"
 
 
+def _count_checkpoint_restores():
+    """Wraps torch._C._cuda_setCheckpointPoolState (PyTorch's, or gpumem's replacement) to count the calls:
+    proof that a check reached the graph-tree path that restores a pool to a checkpoint."""
+    calls = [0]
+    original = torch._C._cuda_setCheckpointPoolState
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return original(*args, **kwargs)
+    torch._C._cuda_setCheckpointPoolState = counted
+    return calls
+
+
+@check
+def graph_tree_path_switches():
+    """Two branches after a graph break: each switch records or replays a sibling path of the graph tree,
+    and a recording below a replayed node restores the pool to that node's checkpoint. Outputs are compared
+    with eager every call (an output held past the next call may be overwritten, natively too: graph trees
+    allow it); memory must stop growing."""
+    restores = _count_checkpoint_restores()
+    torch.manual_seed(3)
+    w1, w2 = torch.randn(512, 512, device="cuda") / 20, torch.randn(512, 512, device="cuda") / 20
+
+    def head(x):
+        return (x * 2 + 1).tanh()
+
+    def branch(y, which):
+        return (y @ w1).relu() * 3 if which else (y @ w2).sigmoid() + 1
+
+    def fn(x, which):
+        y = head(x)
+        torch._dynamo.graph_break()
+        return branch(y, which)
+
+    fast = torch.compile(fn, mode="reduce-overhead")
+    others = scribble()
+    settled = []
+    for step in range(40):
+        which = (step // 3) % 2 == 0  # three calls per branch: warm-up, record, replay
+        torch.manual_seed(100 + step)
+        batch = (64, 128)[(step // 6) % 2]
+        x = torch.randn(batch, 512, device="cuda")
+        out = fast(x, which)
+        want = branch(head(x), which)
+        if not torch.allclose(out, want, rtol=1e-5, atol=1e-5):
+            return False, f"call {step}: differs from eager by {(out - want).abs().max().item()}"
+        others += scribble(2)
+        if step in (20, 39):
+            torch.cuda.synchronize()
+            settled.append(torch.cuda.memory_allocated() - sum(t.numel() * 4 for t, _ in others))
+    if restores[0] == 0:
+        return False, "no pool checkpoint was restored: the check did not reach that path"
+    if not untouched(others):
+        return False, "other tensors changed"
+    grew = settled[1] - settled[0]
+    if grew > 64 << 20:
+        return False, f"allocated memory grew by {grew / 2**20:.1f} MiB between calls 20 and 39"
+    return True, f"40 calls over 2 paths x 2 shapes equal to eager, {restores[0]} checkpoint restores"
+
+
+@check
+def graph_tree_train_and_eval():
+    """Training steps (forward, backward: one graph-tree path) alternated with no-grad evaluation at another
+    batch size (another path): losses equal to an eager copy trained alike, evaluation equal to eager."""
+    restores = _count_checkpoint_restores()
+    model, reference = _mlp(4), _mlp(4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.01)
+    fast = torch.compile(model, mode="reduce-overhead")
+    others = scribble()
+    worst = 0.0
+    for step in range(16):
+        torch.manual_seed(step)
+        x = torch.randn(128, 256, device="cuda")
+        loss = fast(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        ref_loss = reference(x).pow(2).mean()
+        ref_loss.backward()
+        ref_opt.step()
+        ref_opt.zero_grad(set_to_none=True)
+        worst = max(worst, abs(loss.item() - ref_loss.item()) / max(abs(ref_loss.item()), 1e-12))
+        with torch.no_grad():
+            e = torch.randn(48, 256, device="cuda")
+            got = fast(e).clone()
+            want = reference(e)
+            if not torch.allclose(got, want, rtol=1e-3, atol=1e-4):
+                return False, f"step {step}: evaluation differs from eager by {(got - want).abs().max().item()}"
+        others += scribble(2)
+    if worst > 1e-3:
+        return False, f"worst relative loss difference vs eager {worst:.2e}"
+    if not untouched(others):
+        return False, "other tensors changed"
+    return True, f"16 train + eval rounds equal to eager (loss within {worst:.1e}), {restores[0]} checkpoint restores"
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)

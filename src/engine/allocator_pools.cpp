@@ -51,6 +51,18 @@ PoolCheckpoint Allocator::checkpoint_pool(PoolId pool) const {
   return cp;
 }
 
+namespace {
+// What the pool's streams hold at addr, for the error of a restore that cannot place a block there.
+std::string describe_in_pools(const std::vector<StreamPool*>& pools, DevicePtr addr) {
+  std::string there;
+  for (StreamPool* p : pools) {
+    std::lock_guard lock(p->lock());
+    if (std::string d = p->describe_at(addr); !d.empty()) there += (there.empty() ? "" : "; ") + d;
+  }
+  return there.empty() ? "no block of the pool" : there;
+}
+}  // namespace
+
 std::vector<DevicePtr> Allocator::restore_pool(const PoolCheckpoint& cp) {
   auto same = [](const PoolCheckpoint::Entry& e, const Block* b) { return e.addr == b->addr && e.size == b->size; };
   std::vector<DevicePtr> allocated;
@@ -63,16 +75,24 @@ std::vector<DevicePtr> Allocator::restore_pool(const PoolCheckpoint& cp) {
         extra.push_back(const_cast<Block*>(b));
     });
     for (Block* b : extra) p->free_now(b);
+    // Blocks freed while other streams used them wait for those streams; the checkpoint may hold them
+    // (graph trees restore after such frees): wait now, so they are free to take.
+    if (p->has_pending()) p->process_pending(true);
   }
   for (const PoolCheckpoint::Entry& e : cp.blocks) {  // then allocate what it holds and is free now
     auto owner = std::find_if(pools.begin(), pools.end(), [&](StreamPool* p) { return p->stream() == e.stream; });
     if (owner == pools.end())
       throw Error("gpumem: cannot restore a pool checkpoint: its stream no longer allocates in the pool");
-    std::lock_guard lock((*owner)->lock());
-    if (Block* live = (*owner)->find_live(e.addr); live && live->size == e.size) continue;
-    if (!(*owner)->allocate_at(e.addr, e.size, e.requested))
+    bool placed = false;
+    {
+      std::lock_guard lock((*owner)->lock());
+      if (Block* live = (*owner)->find_live(e.addr); live && live->size == e.size) continue;
+      placed = (*owner)->allocate_at(e.addr, e.size, e.requested) != nullptr;
+    }
+    if (!placed)
       throw Error("gpumem: cannot restore a pool checkpoint: " + format_bytes(e.size) + " at " +
-                  std::to_string(e.addr) + " is no longer free in the pool");
+                  std::to_string(e.addr) + " on stream " + std::to_string(e.stream) +
+                  " is no longer free in the pool (there: " + describe_in_pools(pools, e.addr) + ")");
     allocated.push_back(e.addr);
   }
   return allocated;

@@ -410,6 +410,16 @@ Block* Arena::take_at(DevicePtr addr, std::size_t size) {
   return take_front(b, size);
 }
 
+std::string Arena::describe_at(DevicePtr addr) const {
+  Region* r = region_of(addr);
+  Block* b = r ? block_containing(*r, addr) : nullptr;
+  if (!b) return r ? "unmapped memory above the top of a region" : "";
+  static constexpr const char* kState[] = {"a free", "a live", "a pending (freed, still in use by a stream)",
+                                           "a parked", "a hole (memory given back) of", "a shared"};
+  return std::string(kState[std::size_t(b->state)]) + " block of " + format_bytes(b->size) + " at " +
+         std::to_string(b->addr) + (small_ ? " (small pool)" : " (large pool)");
+}
+
 Block* Arena::release(Block* b) noexcept {
   b->requested = 0;
   delete b->other_streams;

@@ -23,6 +23,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/block.hpp"
@@ -65,6 +66,9 @@ class Arena {
   // Allocates exactly [addr, addr+size) out of the free block covering it; nullptr if that range is not
   // free here. For restoring a private pool's checkpoint.
   Block* take_at(DevicePtr addr, std::size_t size);
+  // What holds addr here, in words ("a free block of 2.00 MiB at ...", "a hole", ...; empty if no region
+  // of this arena covers it): for errors that name an address.
+  std::string describe_at(DevicePtr addr) const;
   // Returns an allocated or pending block to the free set, merging it with free neighbours; returns the
   // free block that holds it now.
   Block* release(Block* b) noexcept;

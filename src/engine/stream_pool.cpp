@@ -247,6 +247,12 @@ void StreamPool::free_now(Block* b) noexcept {
   flush_parked();
 }
 
+std::string StreamPool::describe_at(DevicePtr addr) const {
+  for (const Arena* a : {&small_, &large_})
+    if (std::string d = a->describe_at(addr); !d.empty()) return d + " on stream " + std::to_string(stream_);
+  return "";
+}
+
 bool StreamPool::is_freed_block(DevicePtr ptr) const noexcept {
   for (const Arena* a : {&small_, &large_}) {
     if (!a->owns(ptr)) continue;

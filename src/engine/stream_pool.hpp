@@ -69,6 +69,8 @@ class StreamPool {
   // block at once, with no event (the caller has made sure no stream still uses it).
   Block* allocate_at(DevicePtr addr, std::size_t size, std::size_t requested);
   void free_now(Block* b) noexcept;
+  // Arena::describe_at over both arenas, with this pool's stream; empty if neither holds addr.
+  std::string describe_at(DevicePtr addr) const;
   // True if ptr is the start of a block this pool holds free or pending (a double free).
   bool is_freed_block(DevicePtr ptr) const noexcept;
 

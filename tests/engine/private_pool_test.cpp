@@ -159,6 +159,50 @@ TEST(PrivatePool, CheckpointRestoreMakesTheLiveBlocksExactlyTheCheckpoints) {
   a.check_invariants();
 }
 
+TEST(PrivatePool, CheckpointRestoreTakesBackABlockStillWaitingForAnotherStream) {
+  // CUDA graph trees restore a checkpoint that holds a block the program freed meanwhile while another
+  // stream still used it (record_stream): the restore waits for that stream and hands the block back.
+  auto backend = sim(std::size_t(8) << 30, /*manual_events=*/true);
+  Allocator a(backend);
+  a.begin_allocate_to_pool(kPool, on_stream(kCapture));
+  void* kept = a.allocate(3 * kMiB, kCapture);
+  void* used_elsewhere = a.allocate(128 * 1024, kCapture);
+  a.end_allocate_to_pool(kPool);
+  PoolCheckpoint cp = a.checkpoint_pool(kPool);
+  a.record_stream(used_elsewhere, 3);
+  a.deallocate(used_elsewhere, kCapture);  // pending until stream 3 passes the free
+  EXPECT_EQ(backend->pending_events(), 1u);
+  std::vector<DevicePtr> made = a.restore_pool(cp);
+  EXPECT_EQ(made, std::vector<DevicePtr>{reinterpret_cast<DevicePtr>(used_elsewhere)});
+  std::vector<DevicePtr> live = a.pool_live_blocks(kPool);
+  std::sort(live.begin(), live.end());
+  std::vector<DevicePtr> want{reinterpret_cast<DevicePtr>(kept), reinterpret_cast<DevicePtr>(used_elsewhere)};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(live, want);
+  a.check_invariants();
+}
+
+TEST(PrivatePool, ARestoreThatCannotPlaceABlockSaysWhatLiesThere) {
+  Allocator a(sim());
+  a.begin_allocate_to_pool(kPool, on_stream(kCapture));
+  void* p = a.allocate(4 * kMiB, kCapture);
+  PoolCheckpoint cp = a.checkpoint_pool(kPool);
+  cp.blocks.push_back({reinterpret_cast<DevicePtr>(p) + kMiB, kMiB, kMiB, kCapture});  // overlaps p
+  try {
+    a.restore_pool(cp);
+    ADD_FAILURE() << "a checkpoint block over a live one was placed";
+  } catch (const Error& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("is no longer free in the pool (there: a live block of 4.00 MiB at " +
+                        std::to_string(reinterpret_cast<DevicePtr>(p))),
+              std::string::npos)
+        << what;
+  }
+  a.end_allocate_to_pool(kPool);
+  a.deallocate(p, kCapture);
+  a.check_invariants();
+}
+
 TEST(PrivatePool, BadPoolCallsAreRefusedOrHarmless) {
   Allocator a(sim());
   a.begin_allocate_to_pool(kPool, on_stream(kCapture));

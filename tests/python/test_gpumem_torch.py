@@ -129,6 +129,55 @@ class InstallWithTorchDouble(unittest.TestCase):
         self.assertIn("ERR gpumem: MemPool(allocator=...)", r.stdout)
         self.assertIn("OK", r.stdout)
 
+    def test_graph_tree_restore_gives_live_storages_to_gpumem(self):
+        # PyTorch's restore gives the live storages it names the allocator's deleter (graph trees assert
+        # it); gpumem adopts them: it answers _has_Standard_Deleter, frees a block with its storage (at the
+        # next graph-tree call) or when graph trees free it, and raw_delete frees blocks PyTorch's
+        # pluggable allocator never handed out. The pool's blocks come from one patched seam (CI cannot
+        # allocate into a pool from Python).
+        r = run_python("""
+            import sys, types, torch, gpumem_torch, gpumem_pools
+            gpumem_torch.install()
+            C = torch._C
+            sys.modules["torch.multiprocessing.reductions"] = types.SimpleNamespace(StorageWeakRef=C.StorageWeakRef)
+            sys.modules["torch.multiprocessing"] = types.SimpleNamespace()
+            pool = torch.cuda.MemPool()
+            kept, freed, dies = (gpumem_torch.allocate(1 << 20, device=0) for _ in range(3))
+            gpumem_pools.pool_live_blocks = lambda pool_id, device=None: [kept, freed, dies]
+            s_kept, s_freed, s_dies = (C._make_storage(p) for p in (kept, freed, dies))
+            s_normal = C._make_storage(0x1234, standard_deleter=True)
+            state = C._cuda_getCheckpointState(0, pool.id)
+            assert not C._has_Standard_Deleter(s_kept)
+            C._cuda_setCheckpointPoolState(0, state, [], [s_kept, s_freed, s_dies, s_normal])
+            assert all(C._has_Standard_Deleter(s) for s in (s_kept, s_freed, s_dies, s_normal))
+            assert torch.cuda.memory_allocated(0) == 3 << 20
+            C._free_And_Remove_DeleterFn(s_freed)          # graph trees end a generation
+            assert not C._has_Standard_Deleter(s_freed)
+            assert torch.cuda.memory_allocated(0) == 2 << 20
+            C._kill_storage(s_dies)                        # the program drops an output
+            assert not C._has_Standard_Deleter(s_dies)
+            gpumem_pools.pool_live_blocks = lambda pool_id, device=None: [kept]
+            assert C._cuda_checkPoolLiveAllocations(0, pool.id, {kept})   # the sweep freed its block
+            assert torch.cuda.memory_allocated(0) == 1 << 20
+            C._cuda_cudaCachingAllocator_raw_delete(kept)  # adopted: freed by gpumem
+            assert torch.cuda.memory_allocated(0) == 0
+            direct = gpumem_torch.allocate(4096, device=0)  # not from PyTorch's malloc: PyTorch refuses it
+            C._cuda_cudaCachingAllocator_raw_delete(direct)
+            assert torch.cuda.memory_allocated(0) == 0
+            try:
+                C._cuda_cudaCachingAllocator_raw_delete(direct)  # twice: PyTorch's own error stays
+            except RuntimeError as e:
+                print("ERR", e)
+            raw = torch.cuda.memory._current.allocator()
+            p = raw.malloc(4096, 0, 0)
+            C._cuda_cudaCachingAllocator_raw_delete(p)     # PyTorch's path, as before
+            assert torch.cuda.memory_allocated(0) == 0
+            print("OK")
+        """)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("ERR Trying to free a pointer not allocated here", r.stdout)
+        self.assertIn("OK", r.stdout)
+
     def test_install_after_cuda_init_is_a_clear_error(self):
         r = run_python("""
             import torch, gpumem_torch
@@ -140,6 +189,59 @@ class InstallWithTorchDouble(unittest.TestCase):
         """)
         self.assertIn("ERR gpumem: install() came too late", r.stdout, r.stderr)
         self.assertIn("4096 bytes allocated", r.stdout)
+
+
+class AdoptedStorages(unittest.TestCase):
+    """gpumem_pools._AdoptedStorages alone: which storages it takes, and that a block is freed exactly once."""
+
+    def setUp(self):
+        import gpumem_pools
+        self.alive, self.ptr_of, self.freed = {}, {}, []
+
+        class Ref:
+            def __init__(ref, cdata):
+                ref.cdata = cdata
+
+            def expired(ref):
+                return not self.alive[ref.cdata]
+        self.adopted = gpumem_pools._AdoptedStorages(
+            lambda c: (Ref(c), self.ptr_of[c]) if self.alive.get(c) else None, self.freed.append)
+
+    def storage(self, cdata, ptr, alive=True):
+        self.alive[cdata], self.ptr_of[cdata] = alive, ptr
+        return cdata
+
+    def test_takes_only_live_storages_over_the_pools_blocks(self):
+        self.assertEqual(self.adopted.adopt(self.storage(1, 100), "pool", {100}), 100)
+        self.assertIsNone(self.adopted.adopt(self.storage(2, 200), "pool", {100}))     # not the pool's
+        self.assertIsNone(self.adopted.adopt(self.storage(3, 100, alive=False), "pool", {100}))
+        self.assertTrue(self.adopted.holds(1))
+        self.assertFalse(self.adopted.holds(2) or self.adopted.holds(3))
+        self.assertEqual(len(self.adopted), 1)
+
+    def test_aliases_free_their_block_once_when_the_last_dies(self):
+        self.adopted.adopt(self.storage(1, 100), "pool", {100})
+        self.adopted.adopt(self.storage(2, 100), "pool", {100})
+        self.alive[1] = False
+        self.assertEqual(self.adopted.sweep(), 0)
+        self.assertEqual(self.freed, [])
+        self.alive[2] = False
+        self.assertEqual(self.adopted.sweep(), 1)
+        self.assertEqual(self.freed, [100])
+        self.assertEqual(self.adopted.sweep(), 0)
+        self.assertEqual(len(self.adopted), 0)
+
+    def test_a_block_freed_elsewhere_is_never_freed_again(self):
+        self.adopted.adopt(self.storage(1, 100), "a", {100})
+        self.adopted.adopt(self.storage(2, 200), "b", {200})
+        self.adopted.adopt(self.storage(3, 300), "a", {300})
+        self.assertEqual(self.adopted.release(1), 100)     # graph trees freed it
+        self.assertTrue(self.adopted.release_ptr(300))     # raw_delete freed it
+        self.adopted.keep_only("b", set())                 # pool b's restore freed 200
+        for c in (1, 2, 3):
+            self.alive[c] = False
+        self.assertEqual(self.adopted.sweep(), 0)
+        self.assertEqual(self.freed, [])
 
 
 class GpumemRun(unittest.TestCase):

@@ -37,6 +37,7 @@ def memory_stats_as_nested_dict(device=None):
 class _RawAllocator:
     def __init__(self, malloc_ptr, free_ptr):
         self.malloc_ptr, self.free_ptr, self.hooks = malloc_ptr, free_ptr, {}
+        self.malloced = set()  # what PyTorch's pluggable allocator remembers for raw_delete
 
     def set_init_fn(self, ptr):
         self.hooks["init"] = ptr
@@ -67,7 +68,9 @@ class _RawAllocator:
     # What PyTorch's C++ side does with the pointers, callable from tests.
     def malloc(self, size, device, stream):
         fn = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)(self.malloc_ptr)
-        return fn(size, device, stream)
+        ptr = fn(size, device, stream)
+        self.malloced.add(ptr)
+        return ptr
 
     def free(self, ptr, size, device, stream):
         fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)(self.free_ptr)
