@@ -371,6 +371,51 @@ def graph_tree_train_and_eval():
     return True, f"16 train + eval rounds equal to eager (loss within {worst:.1e}), {restores[0]} checkpoint restores"
 
 
+@check
+def graph_tree_training_path_switches():
+    """Training through a graph break with two branches after it (forward and backward graphs of each are
+    recorded as graph-tree paths; switching branches restores checkpoints): losses and weights equal to an
+    eager copy trained alike."""
+    restores = _count_checkpoint_restores()
+
+    def make(seed):
+        torch.manual_seed(seed)
+        return torch.nn.ModuleDict({"head": torch.nn.Linear(256, 256), "a": torch.nn.Linear(256, 64),
+                                    "b": torch.nn.Linear(256, 64)}).cuda()
+    model, reference = make(5), make(5)
+
+    def forward(m, x, which):
+        h = torch.relu(m["head"](x))
+        torch._dynamo.graph_break()
+        return (m["a"](h) if which else m["b"](h).tanh()).pow(2).mean()
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.01)
+    fast = torch.compile(forward, mode="reduce-overhead")
+    others = scribble()
+    worst = 0.0
+    for step in range(24):
+        which = (step // 3) % 2 == 0
+        torch.manual_seed(200 + step)
+        x = torch.randn(96, 256, device="cuda")
+        loss = fast(model, x, which)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        ref_loss = forward(reference, x, which)
+        ref_loss.backward()
+        ref_opt.step()
+        ref_opt.zero_grad(set_to_none=True)
+        worst = max(worst, abs(loss.item() - ref_loss.item()) / max(abs(ref_loss.item()), 1e-12))
+        others += scribble(2)
+    drift = max((p - q).abs().max().item() for p, q in zip(model.parameters(), reference.parameters()))
+    if worst > 1e-3 or drift > 1e-4:
+        return False, f"worst relative loss difference {worst:.2e}, weights differ by up to {drift:.2e}"
+    if not untouched(others):
+        return False, "other tensors changed"
+    return True, f"24 steps over 2 branches equal to eager (loss within {worst:.1e}), {restores[0]} checkpoint restores"
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
