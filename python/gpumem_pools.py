@@ -149,7 +149,7 @@ def _wrap_raw_delete(original):
         try:
             original(ptr)
         except RuntimeError as refused:
-            # PyTorch's raw_delete frees any block of the pool; the pluggable allocator's knows only what its
+            # PyTorch's raw_delete frees any block of the pool; the pluggable allocator knows only what its
             # own malloc made (and forgets on its first free). A block gpumem holds live is freed here.
             try:
                 _shim.deallocate(ptr)

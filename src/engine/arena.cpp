@@ -1,6 +1,7 @@
 #include "engine/arena.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 #include <utility>
 
@@ -414,9 +415,11 @@ std::string Arena::describe_at(DevicePtr addr) const {
   Region* r = region_of(addr);
   Block* b = r ? block_containing(*r, addr) : nullptr;
   if (!b) return r ? "unmapped memory above the top of a region" : "";
-  static constexpr const char* kState[] = {"a free", "a live", "a pending (freed, still in use by a stream)",
-                                           "a parked", "a hole (memory given back) of", "a shared"};
-  return std::string(kState[std::size_t(b->state)]) + " block of " + format_bytes(b->size) + " at " +
+  static constexpr const char* kState[] = {"a free block", "a live block",
+                                           "a pending block (freed, still in use by a stream)", "a parked block",
+                                           "a hole (memory given back)", "a shared block"};
+  static_assert(std::size(kState) == std::size_t(BlockState::shared) + 1, "one name per BlockState");
+  return std::string(kState[std::size_t(b->state)]) + " of " + format_bytes(b->size) + " at " +
          std::to_string(b->addr) + (small_ ? " (small pool)" : " (large pool)");
 }
 
