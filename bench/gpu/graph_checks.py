@@ -274,6 +274,17 @@ def compile_reduce_overhead_inference():
     return True, "10 inference steps (3 shapes) match eager"
 
 
+def _train_step(loss, opt):
+    """One optimizer step on loss; its value."""
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.item()
+
+
+def _relative(got, want):
+    return abs(got - want) / max(abs(want), 1e-12)
+
 def _count_checkpoint_restores():
     """Wraps torch._C._cuda_setCheckpointPoolState (PyTorch's, or gpumem's replacement) to count the calls:
     proof that a check reached the graph-tree path that restores a pool to a checkpoint."""
@@ -351,15 +362,8 @@ def graph_tree_train_and_eval():
     for step in range(16):
         torch.manual_seed(step)
         x = torch.randn(128, 256, device="cuda")
-        loss = fast(x).pow(2).mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        ref_loss = reference(x).pow(2).mean()
-        ref_loss.backward()
-        ref_opt.step()
-        ref_opt.zero_grad(set_to_none=True)
-        worst = max(worst, abs(loss.item() - ref_loss.item()) / max(abs(ref_loss.item()), 1e-12))
+        loss = _train_step(fast(x).pow(2).mean(), opt)
+        worst = max(worst, _relative(loss, _train_step(reference(x).pow(2).mean(), ref_opt)))
         with torch.no_grad():
             e = torch.randn(48, 256, device="cuda")
             got = fast(e).clone()
@@ -401,15 +405,8 @@ def graph_tree_training_path_switches():
         which = (step // 3) % 2 == 0
         torch.manual_seed(200 + step)
         x = torch.randn(96, 256, device="cuda")
-        loss = fast(model, x, which)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        ref_loss = forward(reference, x, which)
-        ref_loss.backward()
-        ref_opt.step()
-        ref_opt.zero_grad(set_to_none=True)
-        worst = max(worst, abs(loss.item() - ref_loss.item()) / max(abs(ref_loss.item()), 1e-12))
+        loss = _train_step(fast(model, x, which), opt)
+        worst = max(worst, _relative(loss, _train_step(forward(reference, x, which), ref_opt)))
         others += scribble(2)
     drift = max((p - q).abs().max().item() for p, q in zip(model.parameters(), reference.parameters()))
     if worst > 1e-3 or drift > 1e-4:
