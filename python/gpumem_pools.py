@@ -10,6 +10,7 @@ calls _install_pool_support(torch). Everything here reaches the library (_load, 
 is None until it loads), _check, _device, deallocate and GpumemError through that module, at call time.
 """
 import ctypes
+import threading
 
 _shim = None  # gpumem_torch, from bind()
 
@@ -31,54 +32,63 @@ class _AdoptedStorages:
     torch._C._has_Standard_Deleter on them. Python cannot set a storage's deleter, so gpumem keeps a weak
     reference instead, answers those two calls for it, and frees the block of a storage found dead at the
     next graph-tree call (sweep): the block stays allocated a little longer, never handed out twice.
+    Graph trees run one per thread: every method holds a lock.
 
     weak_ref(cdata) -> (object with expired(), data pointer) or None; free(ptr) frees a block."""
 
     def __init__(self, weak_ref, free):
         self._weak_ref, self._free = weak_ref, free
         self._by_storage = {}  # StorageImpl address -> (weak reference, data pointer, pool)
+        self._lock = threading.RLock()
 
     def adopt(self, cdata, pool, block_ptrs):
         """Takes the storage at cdata if it is alive and its memory is one of the pool's blocks; that block."""
         got = self._weak_ref(cdata)
         if got is None or got[1] not in block_ptrs:
             return None
-        self._by_storage[cdata] = (got[0], got[1], pool)
+        with self._lock:
+            self._by_storage[cdata] = (got[0], got[1], pool)
         return got[1]
 
     def holds(self, cdata):
-        entry = self._by_storage.get(cdata)
+        with self._lock:
+            entry = self._by_storage.get(cdata)
         return entry is not None and not entry[0].expired()
 
     def release(self, cdata):
         """Forgets the storage at cdata and every other one over its block; the block (None if not held)."""
-        entry = self._by_storage.pop(cdata, None)
-        if entry is not None:
-            self.release_ptr(entry[1])
+        with self._lock:
+            entry = self._by_storage.pop(cdata, None)
+            if entry is not None:
+                self.release_ptr(entry[1])
         return None if entry is None else entry[1]
 
     def release_ptr(self, ptr):
         """Forgets every storage over ptr (its block is freed by the caller); True if there was one."""
-        held = [c for c, e in self._by_storage.items() if e[1] == ptr]
-        for c in held:
-            del self._by_storage[c]
+        with self._lock:
+            held = [c for c, e in self._by_storage.items() if e[1] == ptr]
+            for c in held:
+                del self._by_storage[c]
         return bool(held)
 
     def keep_only(self, pool, block_ptrs):
         """Forgets the pool's storages whose block is no longer allocated (a restore freed it)."""
-        for c in [c for c, e in self._by_storage.items() if e[2] == pool and e[1] not in block_ptrs]:
-            del self._by_storage[c]
+        with self._lock:
+            for c in [c for c, e in self._by_storage.items() if e[2] == pool and e[1] not in block_ptrs]:
+                del self._by_storage[c]
 
     def sweep(self):
         """Frees the blocks of held storages that died, once per block (aliases share one); how many."""
-        dead = [c for c, e in self._by_storage.items() if e[0].expired()]
-        ptrs = {self._by_storage.pop(c)[1] for c in dead} - {e[1] for e in self._by_storage.values()}
-        for ptr in ptrs:
-            self._free(ptr)
+        with self._lock:
+            dead = [c for c, e in self._by_storage.items() if e[0].expired()]
+            ptrs = {self._by_storage.pop(c)[1] for c in dead} - {e[1] for e in self._by_storage.values()}
+            for ptr in ptrs:
+                self._free(ptr)
         return len(ptrs)
 
     def __len__(self):
-        return len(self._by_storage)
+        with self._lock:
+            return len(self._by_storage)
 
 
 def _storage_weak_ref(cdata):
