@@ -5,10 +5,14 @@ line per rank (peaks, losses); exit status 1 if a rank fails.
 
     python3 bench/gpu/fsdp_peaks.py                      # natively
     .device/gpu/gpumem run -- python3 bench/gpu/fsdp_peaks.py
+    python3 bench/gpu/fsdp_peaks.py --gpumem .device/gpu/gpumem   # both, compared (scripts/gpu-check.sh 9b):
+                                                         # exit 1 unless every rank's peak allocated and
+                                                         # losses are equal
 """
 import json
 import os
 import socket
+import subprocess
 import sys
 
 import torch
@@ -45,7 +49,26 @@ def worker(rank, world, port, results):
     dist.destroy_process_group()
 
 
+def compare(gpumem):
+    runs = {}
+    for arm, prefix in (("native", []), ("gpumem", [gpumem, "run", "-q", "--"])):
+        r = subprocess.run(prefix + [sys.executable, __file__], capture_output=True, text=True, timeout=600)
+        ranks = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+        if r.returncode != 0 or not ranks:
+            sys.exit(f"fsdp_peaks: the {arm} run failed (exit {r.returncode}): {r.stderr.strip()[-300:]}")
+        runs[arm] = ranks
+    ok = True
+    for n, g in zip(runs["native"], runs["gpumem"]):
+        same = n["max_allocated"] == g["max_allocated"] and n["losses"] == g["losses"]
+        ok = ok and same and g["allocator"] == "pluggable"
+        print(f"rank {n['rank']}: max_memory_allocated native {n['max_allocated']:,} gpumem {g['max_allocated']:,}; "
+              f"reserved {n['max_reserved']:,} / {g['max_reserved']:,}; losses {'equal' if n['losses'] == g['losses'] else 'DIFFER'}")
+    sys.exit(0 if ok else 1)
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--gpumem":
+        compare(sys.argv[2])
     world = torch.cuda.device_count()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
