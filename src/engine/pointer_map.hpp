@@ -27,12 +27,16 @@ class PointerMap {
     ++size_;
   }
 
-  bool erase(DevicePtr key) noexcept {
+  bool erase(DevicePtr key) noexcept { return take(key) != nullptr; }
+
+  // Removes key and returns its block (one probe run), or nullptr if it is not there.
+  Block* take(DevicePtr key) noexcept {
     std::size_t i = slot_of(key);
     for (;; i = (i + 1) & mask()) {
-      if (!slots_[i].block) return false;
+      if (!slots_[i].block) return nullptr;
       if (slots_[i].key == key) break;
     }
+    Block* const found = slots_[i].block;
     // Backward shift: pull later entries of the probe run into the gap.
     for (std::size_t j = (i + 1) & mask();; j = (j + 1) & mask()) {
       if (!slots_[j].block) break;
@@ -45,7 +49,7 @@ class PointerMap {
     }
     slots_[i] = Slot{};
     --size_;
-    return true;
+    return found;
   }
 
   std::size_t size() const noexcept { return size_; }

@@ -27,8 +27,7 @@ bool PoolStats::take_unpublished(StatTotals& change) noexcept {
   return any;
 }
 
-void PoolStats::publish() noexcept {
-  if (!shared_) return;
+void PoolStats::publish_shared() noexcept {
   StatTotals change;
   if (take_unpublished(change)) shared_->append(*log_, change);
 }

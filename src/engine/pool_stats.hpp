@@ -38,6 +38,15 @@ class SplitStat {
     unpublished_[0] = unpublished_[1] = 0;
     return out[0] || out[1];
   }
+  // Counts v more made (and as many freed) with no change to the current value: a block freed and taken
+  // again before anyone looked (StreamPool's lazy parking).
+  void count_again(int kind, std::int64_t v) noexcept { allocated_[kind] += v; }
+  // Rises by v and falls back at once: counted, and maybe a peak; the current value is unchanged.
+  void visit(int kind, std::int64_t v) noexcept {
+    allocated_[kind] += v;
+    if (cur_[kind] + v > peak_[kind]) peak_[kind] = cur_[kind] + v;
+    if (cur_[0] + cur_[1] + v > all_peak_) all_peak_ = cur_[0] + cur_[1] + v;
+  }
   void set(int kind, std::int64_t v) noexcept {
     if (v > cur_[kind]) increase(kind, v - cur_[kind]);
     else if (v < cur_[kind]) decrease(kind, cur_[kind] - v);
@@ -99,9 +108,13 @@ struct PoolStats {
   // the pool's lock and shared.lock() held.
   void share(SharedPoolStats& shared, bool seed);
   // Logs this operation's changes for the shared totals (the pool's lock held).
-  void publish() noexcept;
+  void publish() noexcept {
+    if (shared_) publish_shared();
+  }
+  bool shared() const noexcept { return shared_ != nullptr; }
 
  private:
+  void publish_shared() noexcept;
   bool take_unpublished(StatTotals& change) noexcept;
   SharedPoolStats* shared_ = nullptr;
   std::unique_ptr<StatLog> log_;

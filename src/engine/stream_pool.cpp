@@ -1,6 +1,7 @@
 #include "engine/stream_pool.hpp"
 
 #include <algorithm>
+#include <utility>
 
 namespace gpumem::engine {
 namespace {
@@ -38,11 +39,15 @@ Block* StreamPool::allocate(std::size_t request) {
   Arena& arena = request <= kSmallRequestLimit ? small_ : large_;
   if (!pending_.empty() && !capturing()) process_pending(false);
   Block* b = parked_;
+  bool counted = false;  // taken back from a lazy park: its statistics still count it
   if (b && b->size == size && b->small == arena.small_pool()) {
     parked_ = nullptr;
     b->state = BlockState::allocated;
-    stats_.inactive_split.decrease(b->small ? 0 : 1, 1);
-    stats_.inactive_split_bytes.decrease(b->small ? 0 : 1, std::int64_t(b->size));
+    counted = std::exchange(parked_lazily_, false);
+    if (!counted) {
+      stats_.inactive_split.decrease(b->small ? 0 : 1, 1);
+      stats_.inactive_split_bytes.decrease(b->small ? 0 : 1, std::int64_t(b->size));
+    }
   } else {
     flush_parked();
     b = arena.find(size);
@@ -55,25 +60,39 @@ Block* StreamPool::allocate(std::size_t request) {
   try {
     live_.insert(b->addr, b);
   } catch (...) {
+    if (counted) uncount(b->small ? 0 : 1, std::int64_t(b->size), std::int64_t(parked_requested_));
     b->state = BlockState::allocated;
     arena.release(b);
     throw;
   }
-  account(b, true);
-  account_active(b, true);
+  if (counted) {
+    // One free and one allocation of the same block: the totals move, the current values only by the
+    // difference in what was asked; the inactive split it was in between may have made a peak.
+    const int k = b->small ? 0 : 1;
+    const auto bytes = std::int64_t(b->size);
+    stats_.inactive_split.visit(k, 1);
+    stats_.inactive_split_bytes.visit(k, bytes);
+    stats_.allocation.count_again(k, 1);
+    stats_.allocated_bytes.count_again(k, bytes);
+    stats_.active.count_again(k, 1);
+    stats_.active_bytes.count_again(k, bytes);
+    stats_.requested_bytes.decrease(k, std::int64_t(parked_requested_));
+    stats_.requested_bytes.increase(k, std::int64_t(request));
+  } else {
+    account(b, true);
+    account_active(b, true);
+  }
   hub_.emit(EventKind::alloc, b->addr, b->size, request, stream_);
   return b;
 }
 
 bool StreamPool::deallocate(DevicePtr ptr, StreamId free_stream) noexcept {
-  Block* b = live_.find(ptr);
+  Block* b = live_.take(ptr);
   if (!b) return false;
   // Reported while the block is still ours (the lock is held): nobody can be handed it before.
   const bool observed = hub_.active();
   const std::size_t size = b->size, requested = b->requested;
   if (observed) hub_.emit(EventKind::free_requested, ptr, size, requested, free_stream);
-  live_.erase(ptr);
-  account(b, false);
   if (free_stream != stream_) {
     try {
       record_stream(b, free_stream);
@@ -86,10 +105,16 @@ bool StreamPool::deallocate(DevicePtr ptr, StreamId free_stream) noexcept {
     }
   }
   if (!b->other_streams) {
-    return_block(b);
+    if (stats_.shared()) {
+      account(b, false);
+      return_block(b);
+    } else {
+      park_lazily(b);
+    }
     if (observed) hub_.emit(EventKind::free_completed, ptr, size, requested, free_stream);
     return true;
   }
+  account(b, false);  // no longer allocated; active until the other streams are done with it
   b->state = BlockState::pending;
   if (capturing()) {
     try {
@@ -190,13 +215,46 @@ void StreamPool::return_block(Block* b) noexcept {
   stats_.inactive_split_bytes.increase(b->small ? 0 : 1, std::int64_t(b->size));
 }
 
-void StreamPool::flush_parked() noexcept {
-  if (!parked_) return;
+void StreamPool::park_lazily(Block* b) noexcept {
+  flush_parked();
+  b->state = BlockState::parked;
+  parked_requested_ = b->requested;
+  b->requested = 0;
+  parked_ = b;
+  parked_lazily_ = true;
+}
+
+void StreamPool::uncount(int kind, std::int64_t size, std::int64_t requested) noexcept {
+  stats_.allocation.decrease(kind, 1);
+  stats_.allocated_bytes.decrease(kind, size);
+  stats_.requested_bytes.decrease(kind, requested);
+  stats_.active.decrease(kind, 1);
+  stats_.active_bytes.decrease(kind, size);
+}
+
+void StreamPool::settle_parked() noexcept {
+  if (!parked_lazily_) return;
+  parked_lazily_ = false;
+  const int k = parked_->small ? 0 : 1;
+  uncount(k, std::int64_t(parked_->size), std::int64_t(parked_requested_));
+  stats_.inactive_split.increase(k, 1);
+  stats_.inactive_split_bytes.increase(k, std::int64_t(parked_->size));
+}
+
+void StreamPool::return_parked() noexcept {
   Block* b = parked_;
-  parked_ = nullptr;
   bool small = b->small;
-  stats_.inactive_split.decrease(small ? 0 : 1, 1);
-  stats_.inactive_split_bytes.decrease(small ? 0 : 1, std::int64_t(b->size));
+  const int k = small ? 0 : 1;
+  if (std::exchange(parked_lazily_, false)) {
+    // As an eager park and its return would have: freed, and in and out of the inactive split.
+    uncount(k, std::int64_t(b->size), std::int64_t(parked_requested_));
+    stats_.inactive_split.visit(k, 1);
+    stats_.inactive_split_bytes.visit(k, std::int64_t(b->size));
+  } else {
+    stats_.inactive_split.decrease(k, 1);
+    stats_.inactive_split_bytes.decrease(k, std::int64_t(b->size));
+  }
+  parked_ = nullptr;
   Arena& arena = small ? small_ : large_;
   arena.settle_shared(arena.release(b));  // b may be merged away
   refresh_inactive_split(small);
@@ -300,10 +358,12 @@ void StreamPool::refresh_inactive_split(bool small) noexcept {
 }
 
 void StreamPool::reset_peaks() noexcept {
+  settle_parked();
   stats_.for_each([](SplitStat& s) { s.reset_peak(); });
 }
 
 void StreamPool::reset_accumulated() noexcept {
+  settle_parked();
   stats_.for_each([](SplitStat& s) { s.reset_accumulated(); });
 }
 
@@ -321,6 +381,11 @@ void StreamPool::check_invariants() const {
     requested += std::int64_t(b->requested);
     ++live_count;
   });
+  if (parked_lazily_) {  // still counted as allocated (park_lazily)
+    live_bytes += std::int64_t(parked_->size);
+    requested += std::int64_t(parked_requested_);
+    ++live_count;
+  }
   std::int64_t pending_bytes = 0;
   for (const Pending& p : pending_) {
     if (p.block->state != BlockState::pending) throw Error("pending list holds a non-pending block");

@@ -74,9 +74,16 @@ class StreamPool {
   // True if ptr is the start of a block this pool holds free or pending (a double free).
   bool is_freed_block(DevicePtr ptr) const noexcept;
 
-  const PoolStats& stats() const noexcept { return stats_; }
+  // The statistics as of now (a lazily parked block counted as freed: see park_lazily).
+  const PoolStats& stats() noexcept {
+    settle_parked();
+    return stats_;
+  }
   // Requires lock() held (or the pool not yet published) and shared.lock().
-  void share_stats(SharedPoolStats& shared, bool seed) { stats_.share(shared, seed); }
+  void share_stats(SharedPoolStats& shared, bool seed) {
+    settle_parked();  // shared totals see every change as it is made
+    stats_.share(shared, seed);
+  }
   void reset_peaks() noexcept;
   void reset_accumulated() noexcept;
   std::size_t largest_free() const noexcept;
@@ -104,7 +111,21 @@ class StreamPool {
   // The last freed block waits here, uncoalesced, until the next call: a program that frees and
   // re-allocates the same size gets it back without touching the free index. Any other request first
   // returns it to its arena, so placement and fragmentation are as if it had never waited.
-  void flush_parked() noexcept;
+  void flush_parked() noexcept {
+    if (parked_) return_parked();
+  }
+  void return_parked() noexcept;
+  // Parks b, freed by the program, leaving its statistics as they were: most often the next call takes
+  // it back (a loop that frees and allocates one size), and then the pair costs two counts, not fourteen
+  // updates. Only while this pool's statistics are its own (no other stream's pool: shared totals must
+  // see each change as it is made, or their peaks would not be exact). Readers and every other path
+  // settle it first (settle_parked), so nothing outside sees the difference.
+  void park_lazily(Block* b) noexcept;
+  // A lazily parked block's statistics made as an eager park's (freed: not allocated, not active; an
+  // inactive split block).
+  void settle_parked() noexcept;
+  // The decreases a freed block makes (allocated, requested and active counts).
+  void uncount(int kind, std::int64_t size, std::int64_t requested) noexcept;
 
   StreamId stream_;
   bool graph_pool_;
@@ -117,6 +138,8 @@ class StreamPool {
   PointerMap live_;
   std::vector<Pending> pending_;
   Block* parked_ = nullptr;
+  bool parked_lazily_ = false;            // parked_'s statistics still count it as allocated
+  std::size_t parked_requested_ = 0;      // what the program had asked for it (lazy parking)
   PoolStats stats_;
   friend class PoolLock;
 };

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <random>
+#include <vector>
 
 #include "gpumem/allocator.hpp"
 #include "gpumem/sim_backend.hpp"
@@ -135,6 +137,66 @@ TEST(AllocatorBasic, PlainBackendUsesSegments) {
   a.empty_cache();
   EXPECT_EQ(a.stats().reserved_bytes[kAggregatePool].current, 0);
   a.check_invariants();
+}
+
+// A block freed on its own stream and taken back at once has its statistics settled lazily while only
+// one pool exists (StreamPool::park_lazily); with a second stream's pool every change is made at once.
+// The same random program on both, read at random points, must show the same figures everywhere.
+TEST(AllocatorBasic, LazilyParkedBlocksShowTheSameStatisticsAsEagerOnes) {
+  Allocator lazy(sim()), eager(sim());
+  eager.deallocate(eager.allocate(kMiB, 1), 1);  // a second pool: statistics shared, changes made at once
+  eager.empty_cache();
+  for (Allocator* a : {&lazy, &eager}) a->reset_peak_stats(), a->reset_accumulated_stats();
+  std::mt19937 rng(11);
+  const std::size_t sizes[] = {1000, 4096, 700 * 1024, 3 * kMiB, 3 * kMiB + 100, 20 * kMiB};
+  std::vector<void*> live_lazy, live_eager;
+  int reads = 0, checks = 0;
+  for (int step = 0; step < 4000; ++step) {
+    const int op = int(rng() % 10);
+    if (op < 5 || live_lazy.empty()) {  // allocate; often the size just freed
+      const std::size_t bytes = sizes[rng() % std::size(sizes)];
+      live_lazy.push_back(lazy.allocate(bytes, 0));
+      live_eager.push_back(eager.allocate(bytes, 0));
+    } else {
+      const std::size_t i = rng() % live_lazy.size();
+      const bool again = op == 9;  // free and take the same size back at once
+      const std::size_t bytes = again ? lazy.block_size(live_lazy[i]) : 0;
+      lazy.deallocate(live_lazy[i], 0);
+      eager.deallocate(live_eager[i], 0);
+      if (again) {
+        live_lazy[i] = lazy.allocate(bytes - 100, 0);  // the same block, a different request
+        live_eager[i] = eager.allocate(bytes - 100, 0);
+      } else {
+        live_lazy.erase(live_lazy.begin() + std::ptrdiff_t(i));
+        live_eager.erase(live_eager.begin() + std::ptrdiff_t(i));
+      }
+    }
+    if (rng() % 7 == 0) {
+      lazy.check_invariants();  // counts a lazily parked block as still allocated, as its statistics do
+      ++checks;
+    }
+    if (rng() % 5 != 0) continue;
+    ++reads;
+    const DeviceStats l = lazy.stats(), e = eager.stats();
+    const StatArray DeviceStats::*each[] = {&DeviceStats::allocation,      &DeviceStats::active,
+                                            &DeviceStats::inactive_split,  &DeviceStats::allocated_bytes,
+                                            &DeviceStats::active_bytes,    &DeviceStats::inactive_split_bytes,
+                                            &DeviceStats::requested_bytes};
+    for (std::size_t k = 0; k < std::size(each); ++k)
+      for (int pool = 0; pool < 3; ++pool) {
+        const Stat& x = (l.*each[k])[pool];
+        const Stat& y = (e.*each[k])[pool];
+        ASSERT_EQ(x.current, y.current) << "statistic " << k << " pool " << pool << " step " << step;
+        ASSERT_EQ(x.peak, y.peak) << "statistic " << k << " pool " << pool << " step " << step;
+        ASSERT_EQ(x.allocated, y.allocated) << "statistic " << k << " pool " << pool << " step " << step;
+        ASSERT_EQ(x.freed, y.freed) << "statistic " << k << " pool " << pool << " step " << step;
+      }
+  }
+  EXPECT_GT(reads, 500);
+  EXPECT_GT(checks, 400);
+  for (void* p : live_lazy) lazy.deallocate(p, 0);
+  for (void* p : live_eager) eager.deallocate(p, 0);
+  EXPECT_EQ(lazy.stats().allocated_bytes[kAggregatePool].current, 0);
 }
 
 }  // namespace
