@@ -60,7 +60,7 @@ Block* StreamPool::allocate(std::size_t request) {
   try {
     live_.insert(b->addr, b);
   } catch (...) {
-    if (counted) uncount(b->small ? 0 : 1, std::int64_t(b->size), std::int64_t(parked_requested_));
+    if (counted) unpark_counts(b);
     b->state = BlockState::allocated;
     arena.release(b);
     throw;
@@ -232,6 +232,14 @@ void StreamPool::uncount(int kind, std::int64_t size, std::int64_t requested) no
   stats_.active_bytes.decrease(kind, size);
 }
 
+void StreamPool::unpark_counts(Block* b) noexcept {
+  // As an eager park and its return would have: freed, and in and out of the inactive split.
+  const int k = b->small ? 0 : 1;
+  uncount(k, std::int64_t(b->size), std::int64_t(parked_requested_));
+  stats_.inactive_split.visit(k, 1);
+  stats_.inactive_split_bytes.visit(k, std::int64_t(b->size));
+}
+
 void StreamPool::settle_parked() noexcept {
   if (!parked_lazily_) return;
   parked_lazily_ = false;
@@ -246,10 +254,7 @@ void StreamPool::return_parked() noexcept {
   bool small = b->small;
   const int k = small ? 0 : 1;
   if (std::exchange(parked_lazily_, false)) {
-    // As an eager park and its return would have: freed, and in and out of the inactive split.
-    uncount(k, std::int64_t(b->size), std::int64_t(parked_requested_));
-    stats_.inactive_split.visit(k, 1);
-    stats_.inactive_split_bytes.visit(k, std::int64_t(b->size));
+    unpark_counts(b);
   } else {
     stats_.inactive_split.decrease(k, 1);
     stats_.inactive_split_bytes.decrease(k, std::int64_t(b->size));

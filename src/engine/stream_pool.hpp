@@ -116,8 +116,8 @@ class StreamPool {
   }
   void return_parked() noexcept;
   // Parks b, freed by the program, leaving its statistics as they were: most often the next call takes
-  // it back (a loop that frees and allocates one size), and then the pair costs two counts, not fourteen
-  // updates. Only while this pool's statistics are its own (no other stream's pool: shared totals must
+  // it back (a loop that frees and allocates one size), and then the pair costs a few counts, not
+  // fourteen updates. Only while this pool's statistics are its own (no other stream's pool: shared totals must
   // see each change as it is made, or their peaks would not be exact). Readers and every other path
   // settle it first (settle_parked), so nothing outside sees the difference.
   void park_lazily(Block* b) noexcept;
@@ -126,6 +126,8 @@ class StreamPool {
   void settle_parked() noexcept;
   // The decreases a freed block makes (allocated, requested and active counts).
   void uncount(int kind, std::int64_t size, std::int64_t requested) noexcept;
+  // A lazily parked block b leaves the park for its arena: the counts an eager park and return make.
+  void unpark_counts(Block* b) noexcept;
 
   StreamId stream_;
   bool graph_pool_;
