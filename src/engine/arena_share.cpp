@@ -134,6 +134,7 @@ Block* Arena::map_shared_at_top(Region& r, Block* top_tail, const SharePlan& pla
 }
 
 void Arena::settle_shared(Block* f) noexcept {
+  if (!align_blocks_) return;  // only a large arena over virtual memory shares pages (share_plan)
   // A page mapped at two addresses: here (page start p) a shared block beside f and the rest of the
   // page all in f; there (page start q) a shared block over exactly the bytes f holds here. Then the
   // bytes move there: its shared block becomes free (merging with its neighbours) and they become
