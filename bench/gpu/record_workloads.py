@@ -4,7 +4,7 @@ Usage (on the GPU machine): python3 bench/gpu/record_workloads.py NAME OUT.jsonl
 print the peaks, as under `gpumem run --limit`), NAME one of the
 functions below (gpt2_generate, pipeline3, detection, gpt2_beam, llama_gqa, t5_beam, convnext_varres,
 bert_serve, vit40, maskrcnn_varres, unet_varres, moe_generate, bart_sample, lm_accum_ckpt,
-gpt2_sample_long).
+gpt2_sample_long, serve_continuous, llama_lora, rlhf_loop).
 Prints PyTorch's own peak reserved / allocated / requested bytes and segment count beside the event count."""
 import gzip, json, sys, time, random, os
 import torch
@@ -247,6 +247,74 @@ def gpt2_sample_long():
     torch.manual_seed(0); random.seed(13)
     m = GPT2LMHeadModel(GPT2Config()).cuda().half().eval()
     generate_rounds(m, [3, 7, 13], [23, 180, 610], [300, 420], 50000, do_sample=True, top_p=0.95)
+
+def serve_continuous():
+    """Naive continuous batching: up to 12 requests decode one token each per round, each with its own KV
+    cache growing by concatenation; a finished request leaves and a new one (prompt 16-700) is prefilled."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0); random.seed(14)
+    m = GPT2LMHeadModel(GPT2Config()).cuda().half().eval()
+    def admit():
+        ids = torch.randint(0, 50000, (1, random.choice([16, 60, 200, 333, 700])), device="cuda")
+        out = m(input_ids=ids, use_cache=True)
+        return {"cache": out.past_key_values, "tok": out.logits[:, -1:].argmax(-1), "left": random.randint(20, 300)}
+    with torch.no_grad():
+        active = [admit() for _ in range(8)]
+        for rnd in range(260):
+            for r in active:
+                out = m(input_ids=r["tok"], past_key_values=r["cache"], use_cache=True)
+                r["cache"], r["tok"], r["left"] = out.past_key_values, out.logits[:, -1:].argmax(-1), r["left"] - 1
+            active = [r for r in active if r["left"] > 0]
+            while len(active) < 12 and random.random() < 0.5:
+                active.append(admit())
+
+def llama_lora():
+    """LoRA fine-tuning of a frozen bf16 Llama-shaped model (1B shape), rank-16 adapters on q and v,
+    gradient checkpointing, sequence length and batch drawn per step."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0); random.seed(15)
+    m = LlamaForCausalLM(LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=16,
+                                     num_attention_heads=16, num_key_value_heads=4, vocab_size=32000))
+    m = m.to(torch.bfloat16).cuda()
+    for p in m.parameters(): p.requires_grad_(False)
+    class Lora(torch.nn.Module):
+        def __init__(self, base):
+            super().__init__(); self.base = base
+            self.a = torch.nn.Parameter(torch.randn(16, base.in_features, device="cuda") * 0.01)
+            self.b = torch.nn.Parameter(torch.zeros(base.out_features, 16, device="cuda"))
+        def forward(self, x):
+            return self.base(x) + (x.float() @ self.a.t() @ self.b.t()).to(x.dtype)
+    for layer in m.model.layers:
+        layer.self_attn.q_proj = Lora(layer.self_attn.q_proj); layer.self_attn.v_proj = Lora(layer.self_attn.v_proj)
+    m.gradient_checkpointing_enable(); m.enable_input_require_grads()
+    opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4)
+    for step in range(24):
+        b = random.choice([1, 2, 4]); n = random.choice([200, 512, 900, 1500])
+        ids = torch.randint(0, 32000, (b, n), device="cuda")
+        loss = m(input_ids=ids, labels=ids).loss
+        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        del ids, loss
+
+def rlhf_loop():
+    """RLHF-style loop: a policy samples continuations, a frozen reference scores them, the policy trains
+    on the result; generation's KV cache and training activations alternate at drawn lengths."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0); random.seed(16)
+    policy = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12)).cuda()
+    ref = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12)).cuda().half().eval()
+    opt = torch.optim.AdamW(policy.parameters(), lr=1e-5)
+    for it in range(10):
+        b = random.choice([4, 8, 12]); p = random.choice([32, 120, 300]); new = random.choice([48, 96, 160])
+        ids = torch.randint(0, 50000, (b, p), device="cuda")
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+            seq = policy.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new,
+                                  do_sample=True, top_k=50, pad_token_id=0)
+            ref_lp = torch.log_softmax(ref(seq).logits.float(), -1).gather(-1, seq.unsqueeze(-1)).squeeze(-1)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            lp = torch.log_softmax(policy(seq).logits.float(), -1).gather(-1, seq.unsqueeze(-1)).squeeze(-1)
+        loss = ((lp - ref_lp) ** 2)[:, p:].mean()
+        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        del ids, seq, ref_lp, lp, loss
 
 if __name__ == "__main__":
     name, out = sys.argv[1], sys.argv[2]
