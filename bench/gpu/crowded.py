@@ -3,9 +3,9 @@
 
 Usage (on the GPU machine): python3 bench/gpu/crowded.py GPUMEM_BINARY FREE WORKLOAD [WORKLOAD_FREE ...]
   FREE: GiB the holder leaves free for the first workload; WORKLOAD: a name from record_workloads.py.
-  More WORKLOAD FREE pairs may follow. Prints one line per run: exit status, peaks, the OOM message if any.
+  More WORKLOAD FREE pairs may follow. CROWDED_ONLY=native or gpumem runs only that side. Prints one line per run: exit status, peaks, the OOM message if any.
 Exit: 0 when every gpumem run completed, 1 otherwise (a native OOM is reported, not a failure)."""
-import subprocess, sys, time
+import os, subprocess, sys, time
 
 HOLDER = r"""
 import sys, torch
@@ -23,7 +23,7 @@ def run(cmd):
     out = p.stdout + p.stderr
     peaks = [l for l in out.splitlines() if "peak allocated" in l]
     oom = [l for l in out.splitlines() if "out of memory" in l.lower()]
-    return p.returncode, (peaks[-1] if peaks else ""), (oom[0][:300] if oom else "")
+    return p.returncode, (peaks[-1] if peaks else ""), (oom[0][:1200] if oom else "")
 
 
 def main(argv):
@@ -39,6 +39,8 @@ def main(argv):
         try:
             print(f"{workload}: {left / 2**30:.2f} GiB free on the device beside the holder", flush=True)
             for name, cmd in (("native", []), ("gpumem", [gpumem, "run", "--"])):
+                if os.environ.get("CROWDED_ONLY", name) != name:
+                    continue
                 t = time.time()
                 rc, peaks, oom = run(cmd + [sys.executable, "bench/gpu/record_workloads.py", workload, "-"])
                 print(f"  {name}: exit {rc} in {time.time() - t:.0f} s; {peaks or 'no peaks printed'}"
