@@ -1,9 +1,9 @@
 """A workload on a GPU that another process has nearly filled (a shared server): natively, then under
 `gpumem run`, each with the same free memory left by a holder process.
 
-Usage (on the GPU machine): python3 bench/gpu/crowded.py GPUMEM_BINARY FREE WORKLOAD [WORKLOAD_FREE ...]
+Usage (on the GPU machine): python3 bench/gpu/crowded.py GPUMEM_BINARY FREE WORKLOAD [FREE WORKLOAD ...]
   FREE: GiB the holder leaves free for the first workload; WORKLOAD: a name from record_workloads.py.
-  More WORKLOAD FREE pairs may follow. CROWDED_ONLY=native or gpumem runs only that side. Prints one line per run: exit status, peaks, the OOM message if any.
+  More FREE WORKLOAD pairs may follow. CROWDED_ONLY=native or gpumem runs only that side. Prints one line per run: exit status, peaks, the OOM message if any.
 Exit: 0 when every gpumem run completed, 1 otherwise (a native OOM is reported, not a failure)."""
 import os, subprocess, sys, time
 
