@@ -3,7 +3,8 @@
 
 Usage (on the GPU machine): python3 bench/gpu/crowded.py GPUMEM_BINARY FREE WORKLOAD [FREE WORKLOAD ...]
   FREE: GiB the holder leaves free for the first workload; WORKLOAD: a name from record_workloads.py.
-  More FREE WORKLOAD pairs may follow. CROWDED_ONLY=native or gpumem runs only that side. Prints one line per run: exit status, peaks, the OOM message if any.
+  More FREE WORKLOAD pairs may follow; CROWDED_ONLY=native or =gpumem runs only that side.
+  Prints one line per run: exit status, peaks, the OOM message if any.
 Exit: 0 when every gpumem run completed, 1 otherwise (a native OOM is reported, not a failure)."""
 import os, subprocess, sys, time
 
