@@ -1,7 +1,8 @@
 // Large pages (Backend::large_page): once 128 of them are reserved, growth for a request of at least eight
 // large pages takes its bulk in large pages and the rest in granules; smaller growth takes granules, and
 // so does everything before (a growth that crosses the mark: its part past it in large pages), and all
-// growth above half the device's memory or half the limit, where memory may run short. Memory
+// growth above half the device's memory (at most what this allocator holds plus what is free) or half the
+// limit, where memory may run short. Memory
 // splits, is lent (stitched) and is given back only in whole pages: the sim backend refuses any map that
 // splits one.
 #include <gtest/gtest.h>
@@ -99,6 +100,32 @@ TEST(LargePages, NoneAboveHalfTheDeviceOrHalfTheLimit) {
     for (void* p : {above, across, below, hold}) a.deallocate(p, 0);
     a.check_invariants();
   }
+}
+
+TEST(LargePages, NoneAboveHalfOfWhatOtherProcessesLeave) {
+  // A device another process mostly fills: the ceiling is what this allocator holds plus what is free
+  // (5 GiB here, as on the 5 GiB device above), not the device's memory.
+  SimBackendOptions o;
+  o.granularity = 2 * kMiB;
+  o.large_page = 16 * kMiB;
+  o.capacity = 64 * 1024 * kMiB;
+  auto backend = std::make_shared<SimBackend>(o);
+  Allocator other(backend);  // the other process's allocator, on the same device
+  void* held = other.allocate(59 * 1024 * kMiB, 0);
+  Allocator a(backend);
+  const std::size_t creates = backend->call_counts().driver_creates;
+  auto made = [&] { return backend->call_counts().driver_creates - creates; };
+  void* hold = a.allocate(kBallast, 0);
+  EXPECT_EQ(made(), kBallast / (2 * kMiB));
+  void* below = a.allocate(256 * kMiB, 0);  // 2 GiB to 2.25 GiB: under half of 5 GiB, large pages
+  EXPECT_EQ(made(), kBallast / (2 * kMiB) + 16);
+  void* across = a.allocate(512 * kMiB, 0);  // large pages up to 2.5 GiB only
+  EXPECT_EQ(made(), kBallast / (2 * kMiB) + 16 + 16 + 128);
+  void* above = a.allocate(256 * kMiB, 0);  // granules only
+  EXPECT_EQ(made(), kBallast / (2 * kMiB) + 16 + 16 + 128 + 128);
+  for (void* p : {above, across, below, hold}) a.deallocate(p, 0);
+  a.check_invariants();
+  other.deallocate(held, 0);
 }
 
 // A 200 MiB chunk is 12 pages of 16 MiB, then 4 granules: the bytes of the pages under [at, at + bytes).
