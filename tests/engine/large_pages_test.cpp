@@ -2,9 +2,8 @@
 // large pages takes its bulk in large pages and the rest in granules; smaller growth takes granules, and
 // so does everything before (a growth that crosses the mark: its part past it in large pages), and all
 // growth above half the device's memory (at most what this allocator holds plus what is free) or half the
-// limit, where memory may run short. Memory
-// splits, is lent (stitched) and is given back only in whole pages: the sim backend refuses any map that
-// splits one.
+// limit, where memory may run short. Memory splits, is lent (stitched) and is given back only in whole
+// pages: the sim backend refuses any map that splits one.
 #include <gtest/gtest.h>
 
 #include <memory>
