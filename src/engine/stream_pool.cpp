@@ -224,18 +224,17 @@ void StreamPool::park_lazily(Block* b) noexcept {
   parked_lazily_ = true;
 }
 
-void StreamPool::uncount(int kind, std::int64_t size, std::int64_t requested) noexcept {
-  stats_.allocation.decrease(kind, 1);
-  stats_.allocated_bytes.decrease(kind, size);
-  stats_.requested_bytes.decrease(kind, requested);
-  stats_.active.decrease(kind, 1);
-  stats_.active_bytes.decrease(kind, size);
+void StreamPool::uncount(Block* b) noexcept {
+  b->requested = parked_requested_;  // a parked block asks for nothing (park_lazily); its free counts it
+  account(b, false);
+  account_active(b, false);
+  b->requested = 0;
 }
 
 void StreamPool::unpark_counts(Block* b) noexcept {
   // As an eager park and its return would have: freed, and in and out of the inactive split.
   const int k = b->small ? 0 : 1;
-  uncount(k, std::int64_t(b->size), std::int64_t(parked_requested_));
+  uncount(b);
   stats_.inactive_split.visit(k, 1);
   stats_.inactive_split_bytes.visit(k, std::int64_t(b->size));
 }
@@ -244,7 +243,7 @@ void StreamPool::settle_parked() noexcept {
   if (!parked_lazily_) return;
   parked_lazily_ = false;
   const int k = parked_->small ? 0 : 1;
-  uncount(k, std::int64_t(parked_->size), std::int64_t(parked_requested_));
+  uncount(parked_);
   stats_.inactive_split.increase(k, 1);
   stats_.inactive_split_bytes.increase(k, std::int64_t(parked_->size));
 }

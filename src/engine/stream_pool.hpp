@@ -124,8 +124,8 @@ class StreamPool {
   // A lazily parked block's statistics made as an eager park's (freed: not allocated, not active; an
   // inactive split block).
   void settle_parked() noexcept;
-  // The decreases a freed block makes (allocated, requested and active counts).
-  void uncount(int kind, std::int64_t size, std::int64_t requested) noexcept;
+  // The decreases the program's free of a lazily parked block b makes (account, account_active).
+  void uncount(Block* b) noexcept;
   // A lazily parked block b leaves the park for its arena: the counts an eager park and return make.
   void unpark_counts(Block* b) noexcept;
 
