@@ -129,6 +129,10 @@ Allocator& create(int device) {
     });
   r.device_keys[std::size_t(device)] = key;
   Allocator* raw = allocator.release();
+  // The trace recorder observes it before other threads can see it (they would allocate unrecorded
+  // meanwhile: under load a whole thread's work was missing from a trace), and again after, for a trace
+  // started in between (observers are added once).
+  api::trace_attach(*raw);
   r.allocators[std::size_t(device)].store(raw, std::memory_order_release);
   api::trace_attach(*raw);
   return *raw;
