@@ -4,10 +4,13 @@ Usage (on the GPU machine): python3 bench/gpu/record_workloads.py NAME OUT.jsonl
 print the peaks, as under `gpumem run --limit`), NAME one of the
 functions below (gpt2_generate, pipeline3, detection, gpt2_beam, llama_gqa, t5_beam, convnext_varres,
 bert_serve, vit40, maskrcnn_varres, unet_varres, moe_generate, bart_sample, lm_accum_ckpt,
-gpt2_sample_long, serve_continuous, llama_lora, rlhf_loop).
+gpt2_sample_long, serve_continuous, llama_lora, rlhf_loop, gpt2_sample_seeded (seed RW_SEED), bert_anylen,
+moe_train, gnn_varsize, compile_dynamic).
 Prints PyTorch's own peak reserved / allocated / requested bytes and segment count beside the event count."""
 import gzip, json, sys, time, random, os
 import torch
+
+LOSSES = []  # training workloads add each step's loss: run with OUT "-", native and under gpumem, and compare
 
 def start():
     torch.cuda.init()
@@ -316,11 +319,113 @@ def rlhf_loop():
         loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
         del ids, seq, ref_lp, lp, loss
 
+def gpt2_sample_seeded():
+    """generate_more.py's gpt2_sample (GPT-2 small shape, fp16, top-k sampling, batch {2, 5, 11}, prompt
+    {17, 129, 400}, 200 new tokens) with the seed from RW_SEED: is its 1.0366 the class or one layout?"""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    seed = int(os.environ.get("RW_SEED", "2"))
+    torch.manual_seed(seed); random.seed(seed)
+    m = GPT2LMHeadModel(GPT2Config()).cuda().half().eval()
+    with torch.no_grad():
+        for _ in range(12):
+            b, p = random.choice([2, 5, 11]), random.choice([17, 129, 400])
+            ids = torch.randint(0, 50257, (b, p), device="cuda")
+            m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=200, min_new_tokens=200,
+                       pad_token_id=0, do_sample=True, top_k=50)
+
+def bert_anylen():
+    """BERT-base masked-LM training, fp16 autocast, batch 4-48 and length any integer 8-512 drawn per step:
+    nearly every activation size is new."""
+    from transformers import BertConfig, BertForMaskedLM
+    torch.manual_seed(0); random.seed(17)
+    m = BertForMaskedLM(BertConfig()).cuda()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    for step in range(40):
+        b, n = random.randint(4, 48), random.randint(8, 512)
+        ids = torch.randint(0, 30000, (b, n), device="cuda")
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = m(input_ids=ids, labels=ids).loss
+        LOSSES.append(loss.item())
+        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        del ids, loss
+
+def moe_train():
+    """Mixture-of-experts training (8 experts, top-2 routing, d 1024, FFN 4096, 6 layers, bf16 autocast):
+    the tokens each expert gets vary every step and every layer."""
+    torch.manual_seed(0); random.seed(18)
+    d, f, E, L = 1024, 4096, 8, 6
+    class Moe(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate = torch.nn.Linear(d, E)
+            self.w1 = torch.nn.ModuleList(torch.nn.Linear(d, f) for _ in range(E))
+            self.w2 = torch.nn.ModuleList(torch.nn.Linear(f, d) for _ in range(E))
+            self.attn = torch.nn.MultiheadAttention(d, 16, batch_first=True)
+        def forward(self, x):
+            x = x + self.attn(x, x, x, need_weights=False)[0]
+            t = x.reshape(-1, d)
+            w, idx = torch.topk(torch.softmax(self.gate(t).float() + torch.randn(t.shape[0], E, device=t.device), -1), 2)
+            out = torch.zeros_like(t)
+            for e in range(E):
+                rows, k = torch.nonzero(idx == e, as_tuple=True)
+                if rows.numel():
+                    h = self.w2[e](torch.nn.functional.gelu(self.w1[e](t[rows])))
+                    out = out.index_add(0, rows, (h * w[rows, k].unsqueeze(1)).to(out.dtype))
+            return x + out.reshape(x.shape)
+    m = torch.nn.Sequential(*[Moe() for _ in range(L)]).cuda()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    for step in range(30):
+        b, n = random.choice([2, 4, 8]), random.randint(64, 1024)
+        x = torch.randn(b, n, d, device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = m(x).float().pow(2).mean()
+        LOSSES.append(loss.item())
+        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        del x, loss
+
+def gnn_varsize():
+    """Message passing on random graphs (3 layers, 256 features, Adam): nodes 5,000-200,000 and 4-16 edges
+    per node drawn per step, so gathers, scatters and activations take sizes from a continuum."""
+    torch.manual_seed(0); random.seed(19)
+    ws = [torch.nn.Linear(256, 256).cuda() for _ in range(3)]
+    head = torch.nn.Linear(256, 8).cuda()
+    opt = torch.optim.Adam([p for w in ws + [head] for p in w.parameters()], lr=1e-3)
+    for step in range(40):
+        nn_ = random.randint(5_000, 200_000); ne = nn_ * random.randint(4, 16)
+        x = torch.randn(nn_, 256, device="cuda")
+        src = torch.randint(0, nn_, (ne,), device="cuda"); dst = torch.randint(0, nn_, (ne,), device="cuda")
+        h = x
+        for w in ws:
+            msg = w(h)[src]
+            h = torch.relu(torch.zeros_like(h).index_add_(0, dst, msg) / 8 + h)
+        loss = torch.nn.functional.cross_entropy(head(h), torch.randint(0, 8, (nn_,), device="cuda"))
+        LOSSES.append(loss.item())
+        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        del x, src, dst, h, msg, loss
+
+def compile_dynamic():
+    """torch.compile (inductor, dynamic shapes) training of a 6-layer transformer encoder, batch and length
+    drawn per step: inductor's own buffer planning instead of eager's tensor-by-tensor allocations."""
+    torch.manual_seed(0); random.seed(20)
+    layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, batch_first=True, dropout=0.0)
+    m = torch.nn.Sequential(torch.nn.TransformerEncoder(layer, 6), torch.nn.Linear(768, 32000)).cuda()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    step_fn = torch.compile(lambda x, y: torch.nn.functional.cross_entropy(m(x).flatten(0, 1).float(), y.flatten()),
+                            dynamic=True)
+    for step in range(30):
+        b, n = random.choice([4, 8, 16]), random.randint(32, 512)
+        x = torch.randn(b, n, 768, device="cuda"); y = torch.randint(0, 32000, (b, n), device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = step_fn(x, y)
+        LOSSES.append(loss.item())
+        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        del x, y, loss
+
 if __name__ == "__main__":
     name, out = sys.argv[1], sys.argv[2]
     if out == "-":  # only run it (e.g. under `gpumem run --limit`): no history, the peaks printed
         t = time.time(); globals()[name](); torch.cuda.synchronize()
         print(f"{name}: peak allocated {torch.cuda.max_memory_allocated()} reserved {torch.cuda.max_memory_reserved()}, "
-              f"took {time.time()-t:.1f}s")
+              f"took {time.time()-t:.1f}s" + (f", losses {len(LOSSES)} sum {sum(LOSSES):.6f} last {LOSSES[-1]:.6f}" if LOSSES else ""))
     else:
         start(); t = time.time(); globals()[name](); finish(name, out); print(f"{name} took {time.time()-t:.1f}s")
