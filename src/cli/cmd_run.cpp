@@ -112,6 +112,14 @@ int run(const RunOptions& args) {
   setenv("GPUMEM_LIBRARY", fs::absolute(library).c_str(), 1);
   setenv("GPUMEM_REPORT_DIR", dir.c_str(), 1);
 
+  // PyTorch's own allocator reads this variable; under gpumem none of it applies (and PyTorch no longer
+  // refuses an unknown key there), so a user who tuned it is told once, before the program's output.
+  if (const char* conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF"); conf && *conf && !args.quiet)
+    std::fprintf(stderr,
+                 "gpumem run: PYTORCH_CUDA_ALLOC_CONF='%s' configures PyTorch's own allocator, which gpumem "
+                 "replaces in this program: its settings do not apply (gpumem's caps are --limit and --fraction)\n",
+                 conf);
+
   const int code = exit_code_of(wait_for_child(launch(args.command)));
 
   nlohmann::json reports = collect_reports(dir);
@@ -159,7 +167,7 @@ CommandRunner setup_run(CLI::App& sub) {
   sub.add_option("--fraction", d->fraction, "Cap as a fraction [0.0001, 1] of each GPU's memory");
   sub.add_option("--backend", d->backend, "cuda (default), cuda-plain (no virtual memory), host or sim");
   sub.add_option("--report", d->report, "Write each Python process's peaks (JSON) to FILE (its directory must exist)");
-  sub.add_flag("-q,--quiet", d->quiet, "Print no summary line at exit");
+  sub.add_flag("-q,--quiet", d->quiet, "Print no summary line at exit, nor the note on PYTORCH_CUDA_ALLOC_CONF");
   for (CLI::Option* o : sub.get_options()) o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   sub.add_option("command", d->command, "The program and its arguments (after --)")->allow_extra_args();
   sub.allow_extras();

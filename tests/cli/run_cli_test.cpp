@@ -126,6 +126,21 @@ TEST_F(RunCli, ExitStatusAndArgumentsPassThroughVerbatim) {
   EXPECT_EQ(run_gpumem({"run", "--", "/nonexistent/program"}, {}).status, 2);
 }
 
+// PyTorch's allocator settings do not apply under gpumem: said once on stderr (not with -q, not when unset).
+TEST_F(RunCli, PytorchAllocatorSettingsAreNamedAsNotApplying) {
+  const auto told = run_gpumem({"run", "--", "sh", "-c", "echo ran"}, {{"PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"}});
+  EXPECT_EQ(told.status, 0) << told.err;
+  EXPECT_EQ(told.out, "ran\n");
+  EXPECT_NE(told.err.find("gpumem run: PYTORCH_CUDA_ALLOC_CONF='expandable_segments:True' configures PyTorch's own "
+                          "allocator, which gpumem replaces in this program: its settings do not apply"),
+            std::string::npos) << told.err;
+  EXPECT_EQ(std::count(told.err.begin(), told.err.end(), '\n'), 1) << told.err;
+  const auto quiet = run_gpumem({"run", "-q", "--", "true"}, {{"PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync"}});
+  EXPECT_EQ(quiet.status, 0);
+  EXPECT_EQ(quiet.err, "");
+  EXPECT_EQ(run_gpumem({"run", "--", "true"}, {{"PYTORCH_CUDA_ALLOC_CONF", ""}}).err, "");
+}
+
 // The summary reads the reports the program's processes leave in $GPUMEM_REPORT_DIR (gpumem_torch writes
 // them at exit); here the program writes them itself. Memory held for other streams gets a line of its own.
 TEST_F(RunCli, SummaryNamesMemoryHeldForOtherStreams) {
