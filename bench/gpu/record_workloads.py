@@ -427,5 +427,8 @@ if __name__ == "__main__":
         t = time.time(); globals()[name](); torch.cuda.synchronize()
         print(f"{name}: peak allocated {torch.cuda.max_memory_allocated()} reserved {torch.cuda.max_memory_reserved()}, "
               f"took {time.time()-t:.1f}s" + (f", losses {len(LOSSES)} sum {sum(LOSSES):.6f} last {LOSSES[-1]:.6f}" if LOSSES else ""))
+        driver = {k[len("gpumem.driver."):]: v for k, v in torch.cuda.memory_stats().items() if k.startswith("gpumem.driver.")}
+        if driver:  # under gpumem: its driver calls and the milliseconds they took on the program's threads
+            print(f"{name}: gpumem driver " + ", ".join(f"{k} {v}" for k, v in sorted(driver.items())))
     else:
         start(); t = time.time(); globals()[name](); finish(name, out); print(f"{name} took {time.time()-t:.1f}s")

@@ -7,12 +7,13 @@
 // ("busy"), and whether that kernel was still running when the calls returned (they did not wait for it).
 // Each figure is the median of 5 rounds of `pages` calls, in microseconds per call (per page for a run).
 // Prints one PASS/FAIL line per page size; with --json FILE also writes the figures.
-// Usage: vmm_cost [--json FILE]   Exit: 0 every call succeeded, 1 a driver call failed, 4 no driver/GPU.
+// Usage: vmm_cost [--json FILE] [--pages MiB,...] (default 2,16)   Exit: 0 every call succeeded, 1 a driver call failed, 4 no driver/GPU.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -147,10 +148,24 @@ bool measure(const Driver& d, int ordinal, std::size_t page, std::size_t n, Figu
 
 int main(int argc, char** argv) {
   const char* json = nullptr;
+  std::vector<std::size_t> sizes = {2, 16};
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: vmm_cost [--json FILE]\n");
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) {
+      json = argv[++i];
+    } else if (!std::strcmp(argv[i], "--pages") && i + 1 < argc) {
+      sizes.clear();
+      for (const char* p = argv[++i]; *p;) {
+        char* end = nullptr;
+        const unsigned long mib = std::strtoul(p, &end, 10);
+        if (end == p || mib == 0 || mib % 2 || mib > 4096 || (*end && *end != ',')) {
+          std::fprintf(stderr, "vmm_cost: --pages takes even MiB counts up to 4096, comma-separated (2,16,64)\n");
+          return 2;
+        }
+        sizes.push_back(mib);
+        p = *end ? end + 1 : end;
+      }
+    } else {
+      std::fprintf(stderr, "usage: vmm_cost [--json FILE] [--pages MiB,MiB,...]\n");
       return 2;
     }
   }
@@ -173,9 +188,9 @@ int main(int argc, char** argv) {
   std::printf("%-8s %6s %8s %8s %12s %12s %8s %10s %8s | busy: %8s %8s %12s %s\n", "page", "pages", "create", "map",
               "access/page", "access/run", "unmap", "unmap/run", "release", "create", "map", "access/run",
               "(us per page; busy: a kernel runs meanwhile)");
-  for (std::size_t mib : {2, 16}) {
+  for (std::size_t mib : sizes) {
     Figures f;
-    const std::size_t n = mib == 2 ? 256 : 32;  // 512 MiB either way
+    const std::size_t n = std::max<std::size_t>(1, 512 / mib);  // 512 MiB in all (one page beyond)
     bool ok = measure(*d, 0, mib << 20, n, f);
     if (!ok) {
       std::printf("FAIL vmm_cost %zu MiB pages: a driver call failed\n", mib);
