@@ -95,6 +95,42 @@ def ddp_two_gpus():
     return digest(losses)
 
 
+_TORCHRUN_WORKER = """
+import os, json, torch, torch.distributed as dist
+dist.init_process_group("nccl")
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 64).cuda())
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+losses = []
+for step in range(5):
+    loss = model(torch.randn(32 + step, 64, device="cuda")).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step(); losses.append(round(loss.item(), 5))
+print(json.dumps({"losses": losses, "backend": torch.cuda.memory.get_allocator_backend()}))
+dist.destroy_process_group()
+"""
+
+
+@check("torchrun (elastic launcher) with NCCL, one rank: the worker gets the same allocator as its launcher")
+def torchrun_one_rank():
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        script = os.path.join(d, "worker.py")
+        with open(script, "w") as f:
+            f.write(_TORCHRUN_WORKER)
+        out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", script],
+                             capture_output=True, text=True, timeout=150)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
+    expected = "pluggable" if os.environ.get("GPUMEM_LIBRARY") else "native"  # set by `gpumem run`
+    assert result["backend"] == expected, f"worker allocator {result['backend']}, launcher's {expected}"
+    return digest(result["losses"])
+
+
 @check("DataLoader workers with pin_memory")
 def dataloader_pin_memory():
     data = torch.utils.data.TensorDataset(torch.randn(256, 32))
