@@ -161,6 +161,12 @@ class Arena {
   Block* map_shared_at_top(Region& r, Block* top_tail, const SharePlan& plan, std::vector<Piece>& pieces);
   // The one-page mapping that holds p; nullptr if p is not inside such a mapping.
   const Mapping* page_mapping(DevicePtr p, DevicePtr* start) const;
+  // Free part-page b of the page [start, end) here, as a head or tail to share: true when the page's
+  // other bytes are used here (the usual case) or are one shared block whose owner holds a shared block
+  // over exactly b's bytes pointing back here (a page shared a second time: *owner_block is that block and
+  // *owner_page its page, so that both addresses are told of the new one); false for anything else.
+  bool part_page_source(const Block* b, DevicePtr start, DevicePtr end, Block** owner_block,
+                        DevicePtr* owner_page) const;
   // When every block of b's page is shared, they become a hole, its mapping removable like a lent page's.
   void retire_if_all_shared(Block* b) noexcept;
 

@@ -28,6 +28,41 @@ const Arena::Mapping* Arena::page_mapping(DevicePtr p, DevicePtr* start) const {
   return &m;
 }
 
+bool Arena::part_page_source(const Block* b, DevicePtr start, DevicePtr end, Block** owner_block,
+                             DevicePtr* owner_page) const {
+  *owner_block = nullptr;
+  const Block* other = nullptr;
+  int others = 0;
+  bool elsewhere = false;
+  for (const Block* x = b->prev; x && x->addr >= start; x = x->prev, ++others) {
+    elsewhere |= x->state == BlockState::shared || x->state == BlockState::hole;
+    other = x;
+  }
+  for (const Block* x = b->next; x && x->addr < end; x = x->next, ++others) {
+    elsewhere |= x->state == BlockState::shared || x->state == BlockState::hole;
+    other = x;
+  }
+  if (!elsewhere) return true;
+  // The rest of the page is used at another address (this page was shared before). Its bytes can follow
+  // b's to the new address only if that address learns where they are, and their owner where b's go:
+  // else each side would wait for a partner that moved on, and the page, once free at both, could be
+  // neither lent nor given back (a threaded server: 138 MB of such pages at its peak).
+  if (others != 1 || other->state != BlockState::shared) return false;
+  const DevicePtr q = other->requested;
+  auto here = mappings_.find(start), there = mappings_.find(q);
+  if (here == mappings_.end() || there == mappings_.end() || there->second.piece.chunk != here->second.piece.chunk ||
+      there->second.piece.offset != here->second.piece.offset || there->second.bytes != here->second.bytes)
+    return false;
+  Region* rq = region_of(q);
+  Block* back = rq ? block_containing(*rq, q + (b->addr - start)) : nullptr;
+  if (!back || back->state != BlockState::shared || back->requested != start || back->addr != q + (b->addr - start) ||
+      back->size != b->size)
+    return false;
+  *owner_block = back;
+  *owner_page = q;
+  return true;
+}
+
 Arena::SharePlan Arena::share_plan(const Block* top_tail, std::size_t size, std::size_t need) const {
   // A request of whole pages gains nothing (a part-page never saves one of its pages) and must start
   // on a page; private pools never remap; map_unit_bytes makes mappings of several pages.
@@ -52,7 +87,9 @@ Arena::SharePlan Arena::share_plan(const Block* top_tail, std::size_t size, std:
     if (!in_granule && b->addr / large != (b->end() - 1) / large) return false;
     DevicePtr start = 0;
     const Mapping* m = page_mapping(b->addr, &start);
-    if (m && start + m->bytes >= b->end()) {
+    Block* owner = nullptr;
+    DevicePtr owner_page = 0;
+    if (m && start + m->bytes >= b->end() && part_page_source(b, start, start + m->bytes, &owner, &owner_page)) {
       largest = std::max(largest, b->size);
       if (start != b->addr && start + m->bytes == b->end() && heads.size() < kEach) heads.push_back({b, b->size});
       else if (start == b->addr && start + m->bytes != b->end() && tails.size() < kEach) tails.push_back({b, b->size});
@@ -101,6 +138,11 @@ Block* Arena::map_shared_at_top(Region& r, Block* top_tail, const SharePlan& pla
   const Piece first = hm ? hm->piece : Piece{}, last = tm ? tm->piece : Piece{};
   const std::size_t front = hm ? hm->bytes - plan.head_bytes : 0;  // bytes the other address uses
   const std::size_t back = tm ? tm->bytes - plan.tail_bytes : 0;
+  // Where those bytes are used: the part-page's address, or the one it shares them with (a second share).
+  Block *head_owner = nullptr, *tail_owner = nullptr;
+  DevicePtr head_user = head_page, tail_user = tail_page;
+  if (hm) part_page_source(plan.head, head_page, head_page + hm->bytes, &head_owner, &head_user);
+  if (tm) part_page_source(plan.tail, tail_page, tail_page + tm->bytes, &tail_owner, &tail_user);
   const std::size_t total = map_pieces(at, pieces, hm ? &first : nullptr, tm ? &last : nullptr);
   const DevicePtr new_tail_page = at + total - (tm ? tm->bytes : 0);
   // The part-pages' old addresses: their bytes are used at the new ones now.
@@ -119,16 +161,18 @@ Block* Arena::map_shared_at_top(Region& r, Block* top_tail, const SharePlan& pla
   }
   hub_.emit(EventKind::segment_map, at, total, 0, stream_);
   Block* block;
+  if (head_owner) head_owner->requested = at;
+  if (tail_owner) tail_owner->requested = new_tail_page;
   if (plan.head) {
     r.top += front;
-    append_new(r, at, front, BlockState::shared)->requested = head_page;
+    append_new(r, at, front, BlockState::shared)->requested = head_user;
     block = extend_top(r, nullptr, total - front - back);
   } else {
     block = extend_top(r, top_tail, total - back);
   }
   if (back) {
     r.top += back;
-    append_new(r, at + total - back, back, BlockState::shared)->requested = tail_page;
+    append_new(r, at + total - back, back, BlockState::shared)->requested = tail_user;
   }
   return block;
 }

@@ -63,12 +63,19 @@ TEST(MapAheadGrowth, ChangesNoAddressAndNoStatistic) {
   }
 }
 
-TEST(MapAheadGrowth, ARampTakesMostPagesMadeAheadAndEmptyCacheGivesAllBack) {
-  const Played run = play(true, 7);
-  ASSERT_GT(run.calls.ahead_pages, 0u);
-  EXPECT_LT(run.calls.ahead_unused * 2, run.calls.ahead_pages)
-      << run.calls.ahead_pages << " made ahead, " << run.calls.ahead_unused << " unmapped unused";
-  EXPECT_EQ(run.device_used_after_empty_cache, 0u) << "pages made ahead are given back too";
+// Over ten programs (one alone swings: 16-62% of its pages made ahead taken, ~51% on the whole): with a
+// third of the blocks freed on the way, stitched pages are often mapped over pages made ahead, so the
+// bound is well above none and below what a pure ramp takes.
+TEST(MapAheadGrowth, ARampTakesManyPagesMadeAheadAndEmptyCacheGivesAllBack) {
+  std::size_t made = 0, unused = 0;
+  for (unsigned seed = 1; seed <= 10; ++seed) {
+    const Played run = play(true, seed);
+    made += run.calls.ahead_pages;
+    unused += run.calls.ahead_unused;
+    EXPECT_EQ(run.device_used_after_empty_cache, 0u) << "seed " << seed << ": pages made ahead are given back too";
+  }
+  ASSERT_GT(made, 0u);
+  EXPECT_LT(unused * 5, made * 3) << made << " made ahead, " << unused << " unmapped unused";
 }
 
 TEST(MapAheadGrowth, NoneUnderALimit) {  // pages made ahead would take device memory beyond it

@@ -139,5 +139,56 @@ TEST(PageSharing, TheNewAddressFreedFirstGivesBackItsHalfOnlyWithTheOther) {
   EXPECT_EQ(device_used(*sim), 0u);
 }
 
+// A page shared a second time: e freed and f over its whole pages leave [19,20), e's half of page [2,4)
+// at address 18, free; a 2.5 MiB request maps that page a third time, at 26, and starts at 27. Address 18
+// is all shared then (a hole); a's half at 2 must now move to 26 when a is freed (its partner is 26, no
+// longer 18), so that the page is whole there once the new block is freed too. Before, each side waited
+// for address 18: the page was free at 2 and at 26 and could be neither lent nor reused whole (a threaded
+// server with a stream per thread held 138 MB of such pages at its peak).
+TEST(PageSharing, APageSharedASecondTimeIsWholeAgainWhereItWasLastMapped) {
+  for (const bool host : {false, true}) {
+    HostBackendOptions o;
+    o.capacity = std::size_t(256) << 20;
+    Allocator alloc(host ? std::shared_ptr<Backend>(std::make_shared<HostBackend>(o))
+                         : std::shared_ptr<Backend>(std::make_shared<SimBackend>()));
+    const Layout l = share_a_part_page(alloc);
+    ASSERT_EQ(addr(l.e), addr(l.a) + 19 * kMiB);
+    alloc.deallocate(l.e, 0);
+    void* f = alloc.allocate(6 * kMiB, 0);
+    ASSERT_EQ(addr(f), addr(l.a) + 20 * kMiB) << "whole pages on a page boundary: [19,20) stays free";
+    const std::int64_t before = reserved(alloc);
+    void* g = alloc.allocate(2 * kMiB + kMiB / 2, 0);
+    EXPECT_EQ(addr(g), addr(l.a) + 27 * kMiB) << "page [2,4) mapped a third time at 26; its free half starts g";
+    EXPECT_EQ(reserved(alloc), before + std::int64_t(2 * kMiB)) << "one new page, not two";
+    EXPECT_EQ(state_at(alloc, addr(l.a) + 18 * kMiB), "hole") << "the second address uses none of the page now";
+    using testing_fills::Fill;
+    std::vector<Fill> fills = {{l.a, 3 * kMiB, 0xA1}, {l.c, 3 * kMiB, 0xC3}, {l.d, 7 * kMiB, 0xD4},
+                               {f, 6 * kMiB, 0xF6}, {g, 2 * kMiB + kMiB / 2, 0x97}};
+    if (host) {
+      for (const Fill& x : fills) testing_fills::fill(x);
+      testing_fills::expect_intact(fills);
+    }
+    alloc.deallocate(l.a, 0);
+    alloc.deallocate(g, 0);
+    EXPECT_EQ(state_at(alloc, addr(l.a) + 26 * kMiB), "free") << "the half a held moved to the newest address";
+    EXPECT_EQ(state_at(alloc, addr(l.a) + 2 * kMiB), "hole");
+    void* h = alloc.allocate(4 * kMiB, 0);
+    EXPECT_EQ(addr(h), addr(l.a) + 26 * kMiB) << "the page is whole at 26: no stitching, no growth";
+    EXPECT_EQ(reserved(alloc), before + std::int64_t(2 * kMiB));
+    if (host) {
+      fills = {{l.c, 3 * kMiB, 0xC3}, {l.d, 7 * kMiB, 0xD4}, {f, 6 * kMiB, 0xF6}};
+      testing_fills::expect_intact(fills);
+      fills.push_back({h, 4 * kMiB, 0x4B});
+      testing_fills::fill(fills.back());
+      testing_fills::expect_intact(fills);
+    }
+    alloc.check_invariants();
+    for (void* p : {l.c, l.d, f, h}) alloc.deallocate(p, 0);
+    alloc.empty_cache();
+    EXPECT_EQ(reserved(alloc), 0) << (host ? "host" : "sim");
+  }
+}
+
 }  // namespace
 }  // namespace gpumem
+
