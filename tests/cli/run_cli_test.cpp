@@ -128,7 +128,8 @@ TEST_F(RunCli, ExitStatusAndArgumentsPassThroughVerbatim) {
 
 // PyTorch's allocator settings do not apply under gpumem: said once on stderr (not with -q, not when unset).
 TEST_F(RunCli, PytorchAllocatorSettingsAreNamedAsNotApplying) {
-  const auto told = run_gpumem({"run", "--", "sh", "-c", "echo ran"}, {{"PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"}});
+  const auto told =
+      run_gpumem({"run", "--", "sh", "-c", "echo ran"}, {{"PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"}});
   EXPECT_EQ(told.status, 0) << told.err;
   EXPECT_EQ(told.out, "ran\n");
   EXPECT_NE(told.err.find("gpumem run: PYTORCH_CUDA_ALLOC_CONF='expandable_segments:True' configures PyTorch's own "

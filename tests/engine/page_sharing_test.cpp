@@ -191,4 +191,3 @@ TEST(PageSharing, APageSharedASecondTimeIsWholeAgainWhereItWasLastMapped) {
 
 }  // namespace
 }  // namespace gpumem
-
