@@ -81,9 +81,9 @@ TEST_P(TraceBound, PeakReservedAndMinCapacityStayWithinTheBound) {
 // (Mixtral-style, 8 experts, top-2, nucleus sampling), unet_varres (conv UNet, resolutions 32..128),
 // maskrcnn_varres (Mask R-CNN training and inference, 256..1100 px, 1..12 boxes with masks: 1.0076 at the
 // peak, 1.0032x to complete; 1.0103 before pages shared twice kept track of their bytes) and
-// lm_accum_ckpt (GPT-2 medium shape, activation checkpointing, 3-step accumulation, batch x length drawn per micro-batch: 1.028 at the peak, 46 of its
-// 16 MiB pages part-used then, a miss held here; 1.0151x to complete since no large pages are made above
-// half the device, 1.0276x before).
+// lm_accum_ckpt (GPT-2 medium shape, activation checkpointing, 3-step accumulation, batch x length drawn
+// per micro-batch: 1.028 at the peak, 46 of its 16 MiB pages part-used then, a miss held here; 1.0151x to
+// complete since no large pages are made above half the device, 1.0276x before).
 // Recorded the same way on the H100 on 2026-11-25: llama_lora (LoRA fine-tuning of a frozen bf16 1B-shape
 // Llama, gradient checkpointing, batch x length drawn per step: 1.0121 at the peak, a miss held here, and
 // 1.0047x to complete: 46 MB free in part-pages at the peak, and a hole filled beside one free block keeps
