@@ -89,7 +89,8 @@ TEST_P(TraceBound, PeakReservedAndMinCapacityStayWithinTheBound) {
 // 1.0047x to complete: 46 MB free in part-pages at the peak, and a hole filled beside one free block keeps
 // the free block on its other side, a whole 16 MiB page, out of stitching) and rlhf_loop (a GPT-2 policy
 // samples, a frozen copy scores, the policy trains: 1.0101 at the peak and 1.0071x to complete, a miss
-// held here: 103 MB free in part-pages when a 911 MiB logits tensor comes; through its peak). serve_continuous (naive continuous batching, per-request KV caches) reached 1.0031
+// held here: 103 MB free in part-pages when a 911 MiB logits tensor comes; through its peak).
+// serve_continuous (naive continuous batching, per-request KV caches) reached 1.0031
 // and is not kept (15 MB).
 // Recorded the same way on the H100 on 2026-11-25 (later): moe_train (8 experts, top-2 routing, tokens
 // per expert drawn every step: 1.0112 at the peak, 1.0119x to complete, a miss held here: 157 part-used
