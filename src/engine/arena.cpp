@@ -145,7 +145,17 @@ Block* Arena::grow_virtual(std::size_t size) {
   std::size_t need = top_need(*r, tail, size);
   const SharePlan share = share_plan(tail, size, need);
   if (share) need = share.pages;
-  if (fit.hole && (fit.bytes < need || (share && fit.bytes == need))) {  // a tie: no page shared
+  // Filling a hole keeps the free blocks beside it (they become part of the block) out of stitching, so its
+  // pages come from the rest; growing at the top may lend those blocks too. When the rest cannot cover the
+  // hole but all that is free could cover the top, the hole would take new memory and the top none.
+  const auto hole_takes_new_memory = [&] {
+    std::size_t beside = 0;
+    for (const Block* b : {fit.hole->prev, fit.hole->next})
+      if (b && b->state == BlockState::free) beside += b->size;
+    const std::size_t free = free_.bytes() + (sibling_ ? sibling_->free_bytes() : 0) + physical_.free_piece_bytes();
+    return free - std::min(free, beside) < fit.bytes && free >= need;
+  };
+  if (fit.hole && (fit.bytes < need || (share && fit.bytes == need)) && !hole_takes_new_memory()) {  // tie: no share
     gather(fit.bytes, fit.hole->size, Keep{{fit.hole->prev, fit.hole->next}}, pieces);
     std::size_t got = 0;
     for (const Piece& p : pieces) got += p.bytes;
