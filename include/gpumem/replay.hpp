@@ -57,6 +57,7 @@ struct ReplayResult {
   std::uint64_t peak_requested = 0;  // from the trace: the physical limit
   std::uint64_t peak_allocated = 0;  // allocator's allocated_bytes peak (requests rounded up)
   std::uint64_t peak_reserved = 0;   // allocator's reserved_bytes peak
+  std::uint64_t peak_device = 0;     // the sim device's most memory taken at once: reserved plus pages made ahead
   double ratio = 0;                  // peak_reserved / peak_requested
   BackendCallCounts calls;           // everything the allocator asked of the sim device
   std::size_t ooms = 0;

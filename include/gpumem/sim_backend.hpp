@@ -55,6 +55,8 @@ class SimBackend final : public Backend {
   // Manual event mode: all events recorded so far on `stream` complete.
   void complete_stream(StreamId stream);
   std::size_t used_bytes() const noexcept { return used_; }
+  // The most device memory taken at once: chunks, plain segments and pages made ahead while they wait.
+  std::size_t peak_used_bytes() const noexcept { return peak_used_; }
   std::size_t live_chunks() const noexcept { return chunks_.size(); }
   std::size_t live_mappings() const noexcept { return mappings_.size(); }
   std::size_t pending_events() const noexcept;
@@ -62,6 +64,8 @@ class SimBackend final : public Backend {
  private:
   SimBackendOptions options_;
   std::atomic<std::size_t> used_{0};  // read by mem_info() from any thread
+  std::atomic<std::size_t> peak_used_{0};
+  void take_capacity(std::size_t bytes) noexcept;  // used_ += bytes, peak_used_ kept
   DevicePtr next_va_;
   ChunkHandle next_chunk_ = 1;
   struct Chunk {

@@ -44,7 +44,7 @@ void SimBackend::map_ahead(DevicePtr va, std::size_t bytes) {
   if (n * g > options_.capacity - used_) return;
   ahead_va_ = va;
   ahead_pages_ = n;
-  used_ += n * g;
+  take_capacity(n * g);
   counts_.ahead_pages += n;
 }
 
@@ -58,7 +58,7 @@ ChunkHandle SimBackend::create_paged_chunk_at(std::size_t bytes, std::size_t pag
   try {
     return create_paged_chunk(bytes, page);
   } catch (...) {
-    used_ += taken * g;  // back to waiting, as they were
+    take_capacity(taken * g);  // back to waiting, as they were
     ahead_pages_ += taken;
     ahead_va_ -= taken * g;
     throw;
@@ -77,6 +77,13 @@ void SimBackend::drop_ahead(DevicePtr va, std::size_t bytes) noexcept {
   counts_.ahead_unused += n;
 }
 
+void SimBackend::take_capacity(std::size_t bytes) noexcept {
+  const std::size_t now = used_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  std::size_t peak = peak_used_.load(std::memory_order_relaxed);
+  while (now > peak && !peak_used_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
 ChunkHandle SimBackend::create_chunk(std::size_t bytes) { return create_paged_chunk(bytes, options_.granularity); }
 
 // Counted as CUDA makes it: one driver allocation per page.
@@ -90,7 +97,7 @@ ChunkHandle SimBackend::create_paged_chunk(std::size_t bytes, std::size_t page) 
                            format_bytes(options_.capacity - used_) + " free");
   ++counts_.creates;
   counts_.driver_creates += bytes / page;
-  used_ += bytes;
+  take_capacity(bytes);
   chunks_.emplace(next_chunk_, Chunk{bytes, page});
   return next_chunk_++;
 }
@@ -173,7 +180,7 @@ DevicePtr SimBackend::allocate(std::size_t bytes) {
     throw OutOfMemoryError("sim backend: device full: " + format_bytes(rounded) + " requested, " +
                            format_bytes(options_.capacity - used_) + " free");
   ++counts_.plain_allocs;
-  used_ += rounded;
+  take_capacity(rounded);
   DevicePtr p = next_va_;
   next_va_ += rounded + options_.granularity;
   plain_.emplace(p, rounded);

@@ -63,6 +63,7 @@ nlohmann::json to_json(const TraceInfo& t, const ReplayResult& r) {
       {"access_sets", r.calls.access_sets},
       {"ahead_pages", r.calls.ahead_pages},
       {"ahead_unused", r.calls.ahead_unused},
+      {"peak_device", r.peak_device},
       {"pytorch_segment_allocs", s.recorded_segment_allocs},
       {"peak_allocated", r.peak_allocated},
       {"ooms", r.ooms},
@@ -119,6 +120,10 @@ void print_table(const TraceInfo& t, const ReplayResult& r) {
     row("made ahead", fmt::format("{} pages, {} unmapped again unused", grouped(r.calls.ahead_pages),
                                   grouped(r.calls.ahead_unused)),
         "on the CUDA backend's own thread");
+  if (r.calls.ahead_pages)
+    row("peak device use", fmt::format("{} ({:.4f} of peak live): reserved plus pages made ahead", bytes(r.peak_device),
+                                       r.peak_requested ? double(r.peak_device) / double(r.peak_requested) : 0.0),
+        "");
   row("OOMs", grouped(r.ooms), "");
   row("parse", milliseconds(r.read_seconds), "");
   row("replay", fmt::format("{}, {:.0f} ns/event ({:.1f} M events/s)", milliseconds(r.seconds), r.ns_per_event(),
@@ -299,7 +304,8 @@ CommandRunner setup_replay(CLI::App& sub) {
       ->excludes("--min-capacity");
   sub.add_flag("--map-ahead", args->map_ahead,
                "Count the pages the CUDA backend would make ahead of need on its own thread: made, and unmapped "
-               "unused (JSON keys ahead_pages, ahead_unused); they take the device's capacity while they wait");
+               "unused (JSON keys ahead_pages, ahead_unused); they take the device's capacity while they wait, and the "
+               "device's peak with them is shown (JSON key peak_device)");
   return [args] { return run_replay(*args); };
 }
 

@@ -101,6 +101,7 @@ class Player {
     r_.peak_allocated = std::uint64_t(stats.allocated_bytes[kAggregatePool].peak);
     r_.peak_reserved = std::uint64_t(stats.reserved_bytes[kAggregatePool].peak);
     r_.ratio = r_.peak_requested ? double(r_.peak_reserved) / double(r_.peak_requested) : 0.0;
+    r_.peak_device = backend_->peak_used_bytes();
     r_.calls = backend_->call_counts();
     return r_;
   }

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cli/gpumem_child.hpp"
@@ -46,7 +47,9 @@ class ReplayCli : public gpumem::testing::ScratchDirTest {
 
 };
 
-std::string trace_text(std::initializer_list<std::tuple<const char*, std::uint64_t, std::uint64_t>> events) {
+using TraceOp = std::tuple<const char*, std::uint64_t, std::uint64_t>;  // op, address, size
+
+std::string trace_text(const std::vector<TraceOp>& events) {
   std::string out = R"({"format": "gpumem-trace", "version": 1, "source": "cli test", "device": "none"})" "\n";
   for (const auto& [op, addr, size] : events) {
     out += std::string("{\"t\": 1, \"op\": \"") + op + "\", \"addr\": " + std::to_string(addr) + ", \"size\": " + std::to_string(size) +
@@ -87,6 +90,24 @@ TEST_F(ReplayCli, JsonHasTheStableKeys) {
   EXPECT_EQ(j["pytorch"]["segment_allocs"], 2);
   EXPECT_DOUBLE_EQ(j["pytorch"]["ratio"].get<double>(), 1.2);
   EXPECT_FALSE(j.contains("oom"));
+  EXPECT_EQ(j["peak_device"], j["peak_reserved"]);  // no pages made ahead without --map-ahead
+}
+
+// Pages made ahead take the device's memory before the reserved count shows them: the device's peak is
+// reported beside the reserved one.
+TEST_F(ReplayCli, MapAheadReportsTheDevicesPeakBesideTheReservedPeak) {
+  std::vector<TraceOp> ramp;
+  for (std::uint64_t i = 1; i <= 40; ++i) ramp.emplace_back("alloc", i, 10 * MiB + 4096);
+  const std::string path = write("ramp.jsonl", trace_text(ramp));
+  const Outcome r = gpumem({path, "--map-ahead", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["ahead_pages"].get<std::uint64_t>(), 0u);
+  const auto device = j["peak_device"].get<std::uint64_t>(), reserved = j["peak_reserved"].get<std::uint64_t>();
+  EXPECT_GT(device, reserved);
+  EXPECT_LE(device, reserved + reserved / 128 + 2 * MiB);
+  const Outcome t = gpumem({path, "--map-ahead"});
+  EXPECT_NE(t.out.find("peak device use"), std::string::npos) << t.out;
 }
 
 TEST_F(ReplayCli, CapacityOomReportsTheEventAndExitsThree) {
