@@ -5,7 +5,7 @@ print the peaks, as under `gpumem run --limit`), NAME one of the
 functions below (gpt2_generate, pipeline3, detection, gpt2_beam, llama_gqa, t5_beam, convnext_varres,
 bert_serve, vit40, maskrcnn_varres, unet_varres, moe_generate, bart_sample, lm_accum_ckpt,
 gpt2_sample_long, serve_continuous, llama_lora, rlhf_loop, gpt2_sample_seeded (seed RW_SEED), bert_anylen,
-moe_train, gnn_varsize, compile_dynamic, multistream_serve).
+moe_train, gnn_varsize, compile_dynamic, multistream_serve, spec_decode, offload_train).
 Prints PyTorch's own peak reserved / allocated / requested bytes and segment count beside the event count."""
 import gzip, json, sys, time, random, os
 import torch
@@ -441,6 +441,45 @@ def multistream_serve():
     for t in threads: t.start()
     for t in threads: t.join()
     LOSSES.append(float(sum(tokens)))
+
+def spec_decode():
+    """Speculative (assisted) decoding: a GPT-2 medium shape target, greedy, proposals from a 4-layer draft
+    that shares its embeddings and first layers (so part of each proposal is accepted), prompts of 16-600
+    tokens drawn: every round the draft proposes, the target verifies, and both KV caches are cut back to
+    the accepted length. Greedy: the token sum must equal native's."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0); random.seed(5)
+    target = GPT2LMHeadModel(GPT2Config(n_layer=24, n_embd=1024, n_head=16)).cuda().half().eval()
+    draft = GPT2LMHeadModel(GPT2Config(n_layer=4, n_embd=1024, n_head=16)).cuda().half().eval()
+    draft.load_state_dict(target.state_dict(), strict=False)  # h.4 and above are the target's alone
+    tokens = 0
+    with torch.no_grad():
+        for _ in range(10):
+            p = random.randint(16, 600)
+            ids = torch.randint(0, 50000, (1, p), device="cuda")  # assisted generation takes batch 1 only
+            out = target.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=draft, max_new_tokens=120,
+                                  min_new_tokens=120, do_sample=False, pad_token_id=0)
+            tokens += int(out[:, p:].sum().item())
+    LOSSES.append(float(tokens))
+
+def offload_train():
+    """Activation offload: a 12-layer transformer encoder (d 1024) trained with its activations saved to
+    pinned host memory (torch.autograd.graph.save_on_cpu) and copied back for the backward pass, batch 2-16
+    and length 64-1024 drawn per step, bf16 autocast, AdamW."""
+    torch.manual_seed(0); random.seed(23)
+    layer = torch.nn.TransformerEncoderLayer(1024, 16, 4096, batch_first=True, dropout=0.0)
+    m = torch.nn.Sequential(torch.nn.Embedding(32000, 1024), torch.nn.TransformerEncoder(layer, 12, enable_nested_tensor=False),
+                            torch.nn.Linear(1024, 32000)).cuda()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    for step in range(30):
+        b, n = random.randint(2, 16), random.randint(64, 1024)
+        ids = torch.randint(0, 32000, (b, n), device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16), torch.autograd.graph.save_on_cpu(pin_memory=True):
+            logits = m(ids)
+            loss = torch.nn.functional.cross_entropy(logits.float().view(-1, 32000), ids.view(-1))
+        LOSSES.append(loss.item())
+        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        del ids, logits, loss
 
 if __name__ == "__main__":
     name, out = sys.argv[1], sys.argv[2]

@@ -102,6 +102,9 @@ TEST_P(TraceBound, PeakReservedAndMinCapacityStayWithinTheBound) {
 // GPT-2 forwards of drawn shapes): 1.1557 before a page shared a second time kept track of where its
 // bytes are used (Arena::part_page_source), 1.0291 at the peak and 1.0220x to complete now, a miss held
 // here; under a limit it needs 1.024x (PyTorch itself reserved 6.9x its peak allocated).
+// Recorded the same way on the H100 on 2026-11-25 (later still): offload_train (activations saved to pinned
+// host memory and copied back for backward, shapes drawn per step: 1.0008, PyTorch 1.43). spec_decode
+// (assisted generation, both KV caches cut back every round) reached 1.0016 and is not kept (12 MB).
 INSTANTIATE_TEST_SUITE_P(
     Traces, TraceBound,
     ::testing::Values(Bound{"transformer_varlen.jsonl.gz", false, 1.01}, Bound{"resnet_varbatch.jsonl.gz", false, 1.01},
@@ -119,7 +122,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Bound{"llama_lora.jsonl.gz", true, 1.015}, Bound{"rlhf_loop.jsonl.gz", true, 1.012},
                       Bound{"moe_train.jsonl.gz", true, 1.012}, Bound{"compile_dynamic.jsonl.gz", true, 1.013},
                       Bound{"gnn_varsize.jsonl.gz", true, 1.01}, Bound{"bert_anylen.jsonl.gz", true, 1.01},
-                      Bound{"multistream_serve.jsonl.gz", true, 1.03, 1.025}),
+                      Bound{"multistream_serve.jsonl.gz", true, 1.03, 1.025}, Bound{"offload_train.jsonl.gz", true, 1.01}),
     [](const auto& info) {
       std::string name = info.param.file;
       return name.substr(0, name.find('.'));
