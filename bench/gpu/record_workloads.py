@@ -5,7 +5,7 @@ print the peaks, as under `gpumem run --limit`), NAME one of the
 functions below (gpt2_generate, pipeline3, detection, gpt2_beam, llama_gqa, t5_beam, convnext_varres,
 bert_serve, vit40, maskrcnn_varres, unet_varres, moe_generate, bart_sample, lm_accum_ckpt,
 gpt2_sample_long, serve_continuous, llama_lora, rlhf_loop, gpt2_sample_seeded (seed RW_SEED), bert_anylen,
-moe_train, gnn_varsize, compile_dynamic, multistream_serve, spec_decode, offload_train).
+moe_train, gnn_varsize, compile_dynamic, multistream_serve (threads RW_THREADS), spec_decode, offload_train).
 Prints PyTorch's own peak reserved / allocated / requested bytes and segment count beside the event count."""
 import gzip, json, sys, time, random, os
 import torch
@@ -424,12 +424,14 @@ def compile_dynamic():
 def multistream_serve():
     """Threaded serving: 6 threads, each with a CUDA stream of its own, run GPT-2 small fp16 forwards of
     drawn batch (1-8) x length (16-512) and read the next token back; memory is allocated and freed on six
-    streams at once, so each stream's pool grows and shrinks with its own requests."""
+    streams at once, so each stream's pool grows and shrinks with its own requests. RW_THREADS sets the
+    number of threads (default 6)."""
     import threading
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(0)
     m = GPT2LMHeadModel(GPT2Config()).cuda().half().eval()
-    tokens = [0] * 6
+    threads_n = int(os.environ.get("RW_THREADS", "6"))
+    tokens = [0] * threads_n
     def serve(i):
         rng = random.Random(100 + i)
         stream, gen = torch.cuda.Stream(), torch.Generator("cuda").manual_seed(100 + i)
@@ -437,7 +439,7 @@ def multistream_serve():
             for _ in range(40):
                 ids = torch.randint(0, 50000, (rng.randint(1, 8), rng.randint(16, 512)), device="cuda", generator=gen)
                 tokens[i] += int(m(ids).logits[:, -1].argmax(-1).sum().item())
-    threads = [threading.Thread(target=serve, args=(i,)) for i in range(6)]
+    threads = [threading.Thread(target=serve, args=(i,)) for i in range(threads_n)]
     for t in threads: t.start()
     for t in threads: t.join()
     LOSSES.append(float(sum(tokens)))

@@ -105,6 +105,9 @@ TEST_P(TraceBound, PeakReservedAndMinCapacityStayWithinTheBound) {
 // Recorded the same way on the H100 on 2026-11-25 (later still): offload_train (activations saved to pinned
 // host memory and copied back for backward, shapes drawn per step: 1.0008, PyTorch 1.43). spec_decode
 // (assisted generation, both KV caches cut back every round) reached 1.0016 and is not kept (12 MB).
+// multistream16_serve is multistream_serve with 16 threads (PyTorch reserved 11.8x): 1.0439 at the peak
+// and to complete, a miss held here: 119 part-used granules and 17 small pools' part-pages, 75 MB,
+// spread over the streams' pools, which lend only whole pages to each other.
 INSTANTIATE_TEST_SUITE_P(
     Traces, TraceBound,
     ::testing::Values(Bound{"transformer_varlen.jsonl.gz", false, 1.01}, Bound{"resnet_varbatch.jsonl.gz", false, 1.01},
@@ -122,7 +125,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Bound{"llama_lora.jsonl.gz", true, 1.015}, Bound{"rlhf_loop.jsonl.gz", true, 1.012},
                       Bound{"moe_train.jsonl.gz", true, 1.012}, Bound{"compile_dynamic.jsonl.gz", true, 1.013},
                       Bound{"gnn_varsize.jsonl.gz", true, 1.01}, Bound{"bert_anylen.jsonl.gz", true, 1.01},
-                      Bound{"multistream_serve.jsonl.gz", true, 1.03, 1.025}, Bound{"offload_train.jsonl.gz", true, 1.01}),
+                      Bound{"multistream_serve.jsonl.gz", true, 1.03, 1.025}, Bound{"offload_train.jsonl.gz", true, 1.01},
+                      Bound{"multistream16_serve.jsonl.gz", true, 1.045, 1.045}),
     [](const auto& info) {
       std::string name = info.param.file;
       return name.substr(0, name.find('.'));
