@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gpumem/backend.hpp"
+#include "gpumem/snapshot.hpp"
 #include "gpumem/trace.hpp"
 
 namespace gpumem::trace {
@@ -38,6 +39,11 @@ struct ReplayOptions {
   // Not the same as a device that small: the allocator knows its limit before asking the device, and its
   // address space is sized by the device.
   std::uint64_t limit = 0;
+  // Where the excess at the peak sits (gpumem replay --peak-breakdown): with track_peak_event the result
+  // names the alloc event after which reserved bytes were highest (the first such); a replay with
+  // snapshot_after_event stops right after that event and keeps the allocator's snapshot of that moment.
+  bool track_peak_event = false;
+  std::optional<std::size_t> snapshot_after_event;
 };
 
 struct ReplayOom {
@@ -63,6 +69,8 @@ struct ReplayResult {
   std::size_t ooms = 0;
   std::optional<ReplayOom> first_oom;
   std::size_t invalid_frees = 0;     // engine-reported invalid frees (a bug if ever non-zero)
+  std::size_t peak_event = 0;        // with track_peak_event: 0-based index of the alloc that reached the peak
+  std::optional<AllocatorSnapshot> snapshot;  // with snapshot_after_event (if the replay got that far)
   double seconds = 0;                // the replay loop only
   double read_seconds = 0;           // reading, checking and compiling the trace file (streamed replays)
   double ns_per_event() const { return events ? seconds * 1e9 / double(events) : 0; }

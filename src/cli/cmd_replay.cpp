@@ -1,8 +1,9 @@
-// gpumem replay TRACE [--capacity SIZE] [--limit SIZE] [--json] [--min-capacity | --min-limit]: thin CLI over gpumem/replay.hpp.
+// gpumem replay TRACE [--capacity SIZE] [--limit SIZE] [--json] [--min-capacity | --min-limit | --peak-breakdown]: thin CLI over gpumem/replay.hpp.
 #include <fmt/format.h>
 
 #include <cstdio>
 #include <new>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -13,6 +14,7 @@
 #include "gpumem/printable.hpp"
 #include "gpumem/replay.hpp"
 #include "gpumem/trace.hpp"
+#include "report/excess.hpp"
 
 namespace gpumem::cli {
 namespace {
@@ -144,6 +146,7 @@ struct ReplayArgs {
   bool min_capacity = false;
   bool min_limit = false;
   bool map_ahead = false;
+  bool peak_breakdown = false;
 };
 
 // The sim device models at most this much memory: beyond it sizes stop being realistic and sums overflow.
@@ -194,17 +197,63 @@ int find_min_capacity(const ReplayArgs& args, TraceInfo& t, std::uint64_t page) 
   return kExitOk;
 }
 
+nlohmann::json pool_json(const report::ExcessBreakdown::Pool& p) {
+  return {{"part_page_free", p.part_page_free}, {"part_pages", p.part_pages},
+          {"whole_page_free", p.whole_page_free}, {"whole_pages", p.whole_pages}};
+}
+
+nlohmann::json breakdown_json(std::size_t event, const report::ExcessBreakdown& b) {
+  return {{"event", event},
+          {"reserved", b.reserved},
+          {"allocated", b.allocated},
+          {"excess", b.excess()},
+          {"small_pool", pool_json(b.small)},
+          {"large_pool", pool_json(b.large)},
+          {"mapped_nowhere", b.mapped_nowhere},
+          {"waiting_on_streams", b.waiting_on_streams},
+          {"plain_free", b.plain_free},
+          {"streams", b.streams}};
+}
+
+void print_breakdown(std::size_t event, const report::ExcessBreakdown& b) {
+  const auto row = [](const char* label, const std::string& value) { std::printf("  %-22s %s\n", label, value.c_str()); };
+  const auto pools = [](std::size_t large, std::size_t large_pages, std::size_t small, std::size_t small_pages) {
+    return fmt::format("{} in {} pages of the large pools, {} in {} of the small", bytes(large), grouped(large_pages),
+                       bytes(small), grouped(small_pages));
+  };
+  std::printf("\n  at the peak (after event %s): reserved %s, allocated %s, %s reserved beyond it:\n",
+              grouped(event).c_str(), bytes(b.reserved).c_str(), bytes(b.allocated).c_str(), bytes(b.excess()).c_str());
+  row("free in part-used pages", pools(b.large.part_page_free, b.large.part_pages, b.small.part_page_free, b.small.part_pages));
+  row("whole free pages", pools(b.large.whole_page_free, b.large.whole_pages, b.small.whole_page_free, b.small.whole_pages));
+  if (b.mapped_nowhere) row("pages mapped nowhere", bytes(b.mapped_nowhere));
+  if (b.waiting_on_streams) row("waiting on streams", bytes(b.waiting_on_streams));
+  if (b.plain_free) row("free in plain segments", bytes(b.plain_free));
+  row("stream pools", grouped(b.streams));
+}
+
 int replay_once(const ReplayArgs& args, TraceInfo& t, std::uint64_t capacity, std::uint64_t page, std::uint64_t limit) {
   trace::ReplayOptions options;
   options.capacity = capacity;
   options.limit = limit;
   options.page = page;
   options.map_ahead = args.map_ahead;
+  options.track_peak_event = args.peak_breakdown;
   const ReplayResult r = trace::replay(args.path, t, options);
+  std::optional<report::ExcessBreakdown> breakdown;
+  if (args.peak_breakdown && r.peak_reserved) {  // the same replay again, stopped at the peak
+    options.track_peak_event = false;
+    options.snapshot_after_event = r.peak_event;
+    TraceInfo again;
+    const ReplayResult at_peak = trace::replay(args.path, again, options);
+    if (at_peak.snapshot) breakdown = report::explain_excess(*at_peak.snapshot);
+  }
   if (args.json) {
-    print_json(to_json(t, r));
+    nlohmann::json j = to_json(t, r);
+    if (breakdown) j["peak_breakdown"] = breakdown_json(r.peak_event, *breakdown);
+    print_json(j);
   } else {
     print_table(t, r);
+    if (breakdown) print_breakdown(r.peak_event, *breakdown);
   }
   if (r.first_oom) {
     std::fflush(stdout);
@@ -302,6 +351,13 @@ CommandRunner setup_replay(CLI::App& sub) {
       ->excludes(cap)
       ->excludes(limit)
       ->excludes("--min-capacity");
+  sub.add_flag("--peak-breakdown", args->peak_breakdown,
+               "Replay again to the allocation that reached the peak and say where the bytes reserved beyond the "
+               "allocated ones sit: free in pages that also hold live bytes (kept until those go), whole free "
+               "pages (lendable, given back by empty_cache), pages mapped nowhere, blocks waiting on other streams "
+               "(JSON key peak_breakdown)")
+      ->excludes("--min-capacity")
+      ->excludes("--min-limit");
   sub.add_flag("--map-ahead", args->map_ahead,
                "Count the pages the CUDA backend would make ahead of need on its own thread: made, and unmapped "
                "unused (JSON keys ahead_pages, ahead_unused); they take the device's capacity while they wait, and the "

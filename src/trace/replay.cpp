@@ -70,6 +70,7 @@ class Player {
       if (s.alloc) {
         try {
           ptrs_[s.block] = allocator_->allocate(s.size, s.stream);
+          if (options_.track_peak_event) note_peak(s);
         } catch (const OutOfMemoryError& e) {
           ptrs_[s.block] = nullptr;
           oom(s, e);
@@ -87,6 +88,11 @@ class Player {
         ptrs_[s.block] = nullptr;
       }
       ++r_.operations;
+      if (options_.snapshot_after_event && s.event == *options_.snapshot_after_event) {
+        r_.snapshot = allocator_->snapshot();
+        stopped_ = true;
+        break;
+      }
     }
     r_.seconds += std::chrono::duration<double>(Clock::now() - start).count();
   }
@@ -107,6 +113,11 @@ class Player {
   }
 
  private:
+  void note_peak(const Step& s) {
+    const auto reserved = std::uint64_t(allocator_->stats().reserved_bytes[kAggregatePool].current);
+    if (reserved > peak_seen_) peak_seen_ = reserved, r_.peak_event = s.event;
+  }
+
   void oom(const Step& s, const OutOfMemoryError& e) {
     ++r_.ooms;
     if (r_.first_oom) return;
@@ -129,6 +140,7 @@ class Player {
   std::unique_ptr<Allocator> allocator_;
   std::vector<void*> ptrs_;  // by slot
   bool stopped_ = false;
+  std::uint64_t peak_seen_ = 0;  // track_peak_event: the highest reserved bytes after an alloc
 };
 
 // The compiled steps of a streamed trace, kept while they fit in the budget (then dropped for good).

@@ -110,6 +110,27 @@ TEST_F(ReplayCli, MapAheadReportsTheDevicesPeakBesideTheReservedPeak) {
   EXPECT_NE(t.out.find("peak device use"), std::string::npos) << t.out;
 }
 
+// 3 MiB kept (its second page half used), then 4 MiB from the free tail on: at the peak (after event 1) the
+// last page is half used, and that half is all the excess.
+TEST_F(ReplayCli, PeakBreakdownSaysWhereTheExcessSits) {
+  const std::string path = write("peak.jsonl", trace_text({{"alloc", 1, 3 * MiB}, {"alloc", 2, 4 * MiB}, {"free", 2, 4 * MiB}}));
+  const Outcome j = gpumem({path, "--peak-breakdown", "--json"});
+  ASSERT_EQ(j.status, 0) << j.err;
+  const auto b = nlohmann::json::parse(j.out)["peak_breakdown"];
+  EXPECT_EQ(b["event"], 1);
+  EXPECT_EQ(b["reserved"], 8 * MiB);
+  EXPECT_EQ(b["allocated"], 7 * MiB);
+  EXPECT_EQ(b["excess"], 1 * MiB);
+  EXPECT_EQ(b["large_pool"]["part_page_free"], 1 * MiB);
+  EXPECT_EQ(b["large_pool"]["part_pages"], 1);
+  EXPECT_EQ(b["large_pool"]["whole_pages"], 0);
+  const Outcome t = gpumem({path, "--peak-breakdown"});
+  ASSERT_EQ(t.status, 0) << t.err;
+  for (const char* needle : {"at the peak (after event 1)", "free in part-used pages", "1,048,576 (1.00 MiB) in 1 pages"})
+    EXPECT_NE(t.out.find(needle), std::string::npos) << needle << " missing in:\n" << t.out;
+  EXPECT_EQ(gpumem({path, "--peak-breakdown", "--min-capacity"}).status, 2);  // one question at a time
+}
+
 TEST_F(ReplayCli, CapacityOomReportsTheEventAndExitsThree) {
   // 8 MiB live, then 6 MiB more on a 12 MiB device: event 2 (line 4) cannot be served.
   const std::string path = write("oom.jsonl", trace_text({{"alloc", 1, 8 * MiB}, {"alloc", 2, 2 * MiB}, {"alloc", 3, 6 * MiB}}));

@@ -106,8 +106,9 @@ TEST_P(TraceBound, PeakReservedAndMinCapacityStayWithinTheBound) {
 // host memory and copied back for backward, shapes drawn per step: 1.0008, PyTorch 1.43). spec_decode
 // (assisted generation, both KV caches cut back every round) reached 1.0016 and is not kept (12 MB).
 // multistream16_serve is multistream_serve with 16 threads (PyTorch reserved 11.8x): 1.0439 at the peak
-// and to complete, a miss held here: 119 part-used granules and 17 small pools' part-pages, 75 MB,
-// spread over the streams' pools, which lend only whole pages to each other.
+// and to complete, a miss held here: at the peak 52.9 MB free in 91 part-used pages of the large pools and
+// 22.8 MB in 29 of the small (`gpumem replay --peak-breakdown`), spread over 17 stream pools, which lend
+// each other only whole pages.
 INSTANTIATE_TEST_SUITE_P(
     Traces, TraceBound,
     ::testing::Values(Bound{"transformer_varlen.jsonl.gz", false, 1.01}, Bound{"resnet_varbatch.jsonl.gz", false, 1.01},
