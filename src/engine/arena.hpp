@@ -153,6 +153,10 @@ class Arena {
     Block* tail = nullptr;  // free block ending inside a page: that page's start ends the new run
     std::size_t head_bytes = 0, tail_bytes = 0;  // the free part-page each gives
     std::size_t pages = 0;                       // new bytes between them (whole granules)
+    // A part-page shared before: the block at its other address that uses the page's other bytes, and
+    // that address's page (part_page_source); both learn of the new address.
+    Block *head_owner = nullptr, *tail_owner = nullptr;
+    DevicePtr head_owner_page = 0, tail_owner_page = 0;
     explicit operator bool() const noexcept { return head || tail; }
   };
   // The plan that needs fewest new bytes for `size`, if fewer than `need` (growth at the top without).
@@ -167,6 +171,10 @@ class Arena {
   // *owner_page its page, so that both addresses are told of the new one); false for anything else.
   bool part_page_source(const Block* b, DevicePtr start, DevicePtr end, Block** owner_block,
                         DevicePtr* owner_page) const;
+  // The shared block at address q over exactly [page + offset, + bytes) of the physical page mapped here
+  // at `page` (q maps the same page), pointing back to `page`: the partner of a page used at two
+  // addresses. nullptr if there is none.
+  Block* shared_partner(DevicePtr page, const Mapping& here, DevicePtr q, std::size_t offset, std::size_t bytes) const;
   // When every block of b's page is shared, they become a hole, its mapping removable like a lent page's.
   void retire_if_all_shared(Block* b) noexcept;
 

@@ -12,6 +12,8 @@ std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to *
 struct Part {
   Block* block;
   std::size_t bytes;
+  Block* owner = nullptr;   // part_page_source's: the page's bytes are used at another address
+  DevicePtr owner_page = 0;
 };
 }  // namespace
 
@@ -48,19 +50,27 @@ bool Arena::part_page_source(const Block* b, DevicePtr start, DevicePtr end, Blo
   // else each side would wait for a partner that moved on, and the page, once free at both, could be
   // neither lent nor given back (a threaded server: 138 MB of such pages at its peak).
   if (others != 1 || other->state != BlockState::shared) return false;
-  const DevicePtr q = other->requested;
-  auto here = mappings_.find(start), there = mappings_.find(q);
-  if (here == mappings_.end() || there == mappings_.end() || there->second.piece.chunk != here->second.piece.chunk ||
-      there->second.piece.offset != here->second.piece.offset || there->second.bytes != here->second.bytes)
-    return false;
-  Region* rq = region_of(q);
-  Block* back = rq ? block_containing(*rq, q + (b->addr - start)) : nullptr;
-  if (!back || back->state != BlockState::shared || back->requested != start || back->addr != q + (b->addr - start) ||
-      back->size != b->size)
-    return false;
+  auto here = mappings_.find(start);
+  if (here == mappings_.end()) return false;
+  Block* back = shared_partner(start, here->second, other->requested, b->addr - start, b->size);
+  if (!back) return false;
   *owner_block = back;
-  *owner_page = q;
+  *owner_page = other->requested;
   return true;
+}
+
+Block* Arena::shared_partner(DevicePtr page, const Mapping& here, DevicePtr q, std::size_t offset,
+                             std::size_t bytes) const {
+  auto there = mappings_.find(q);
+  if (there == mappings_.end() || there->second.piece.chunk != here.piece.chunk ||
+      there->second.piece.offset != here.piece.offset || there->second.bytes != here.bytes)
+    return nullptr;
+  Region* rq = region_of(q);
+  Block* other = rq ? block_containing(*rq, q + offset) : nullptr;
+  if (!other || other->state != BlockState::shared || other->requested != page || other->addr != q + offset ||
+      other->size != bytes)
+    return nullptr;
+  return other;
 }
 
 Arena::SharePlan Arena::share_plan(const Block* top_tail, std::size_t size, std::size_t need) const {
@@ -91,8 +101,8 @@ Arena::SharePlan Arena::share_plan(const Block* top_tail, std::size_t size, std:
     DevicePtr owner_page = 0;
     if (m && start + m->bytes >= b->end() && part_page_source(b, start, start + m->bytes, &owner, &owner_page)) {
       largest = std::max(largest, b->size);
-      if (start != b->addr && start + m->bytes == b->end() && heads.size() < kEach) heads.push_back({b, b->size});
-      else if (start == b->addr && start + m->bytes != b->end() && tails.size() < kEach) tails.push_back({b, b->size});
+      if (start != b->addr && start + m->bytes == b->end() && heads.size() < kEach) heads.push_back({b, b->size, owner, owner_page});
+      else if (start == b->addr && start + m->bytes != b->end() && tails.size() < kEach) tails.push_back({b, b->size, owner, owner_page});
     }
     return ++looks >= kLooks || (heads.size() >= kEach && tails.size() >= kEach);
   });
@@ -112,6 +122,8 @@ Arena::SharePlan Arena::share_plan(const Block* top_tail, std::size_t size, std:
     if (pages > best_pages || shared == 0) return;
     if (pages == best_pages && (!best || shared > best_shared || (shared == best_shared && left >= best_left))) return;
     best = SharePlan{head.block, tail ? tail->block : nullptr, head.block ? head.bytes : 0, t, pages};
+    best.head_owner = head.owner, best.head_owner_page = head.owner_page;
+    if (tail) best.tail_owner = tail->owner, best.tail_owner_page = tail->owner_page;
     best_pages = pages, best_shared = shared, best_left = left;
   };
   for (const Part& head : heads) {
@@ -139,10 +151,8 @@ Block* Arena::map_shared_at_top(Region& r, Block* top_tail, const SharePlan& pla
   const std::size_t front = hm ? hm->bytes - plan.head_bytes : 0;  // bytes the other address uses
   const std::size_t back = tm ? tm->bytes - plan.tail_bytes : 0;
   // Where those bytes are used: the part-page's address, or the one it shares them with (a second share).
-  Block *head_owner = nullptr, *tail_owner = nullptr;
-  DevicePtr head_user = head_page, tail_user = tail_page;
-  if (hm) part_page_source(plan.head, head_page, head_page + hm->bytes, &head_owner, &head_user);
-  if (tm) part_page_source(plan.tail, tail_page, tail_page + tm->bytes, &tail_owner, &tail_user);
+  const DevicePtr head_user = plan.head_owner ? plan.head_owner_page : head_page;
+  const DevicePtr tail_user = plan.tail_owner ? plan.tail_owner_page : tail_page;
   const std::size_t total = map_pieces(at, pieces, hm ? &first : nullptr, tm ? &last : nullptr);
   const DevicePtr new_tail_page = at + total - (tm ? tm->bytes : 0);
   // The part-pages' old addresses: their bytes are used at the new ones now.
@@ -161,8 +171,8 @@ Block* Arena::map_shared_at_top(Region& r, Block* top_tail, const SharePlan& pla
   }
   hub_.emit(EventKind::segment_map, at, total, 0, stream_);
   Block* block;
-  if (head_owner) head_owner->requested = at;
-  if (tail_owner) tail_owner->requested = new_tail_page;
+  if (plan.head_owner) plan.head_owner->requested = at;
+  if (plan.tail_owner) plan.tail_owner->requested = new_tail_page;
   if (plan.head) {
     r.top += front;
     append_new(r, at, front, BlockState::shared)->requested = head_user;
@@ -203,15 +213,8 @@ void Arena::settle_shared(Block* f) noexcept {
     // above): the bytes a long-lived tensor kept beside a borrowed part-page join the borrower's page,
     // which is whole again once the borrower is freed. The other way the old part-page only comes back.
     const DevicePtr q = s->requested;
-    auto there = mappings_.find(q);
-    if (there == mappings_.end() || there->second.piece.chunk != here->piece.chunk ||
-        there->second.piece.offset != here->piece.offset || there->second.bytes != here->bytes)
-      continue;
-    Region* rq = region_of(q);
-    Block* other = rq ? block_containing(*rq, q + (own - p)) : nullptr;
-    if (!other || other->state != BlockState::shared || other->requested != p || other->addr != q + (own - p) ||
-        other->size != own_end - own || !recycler_.ensure_spare())
-      continue;
+    Block* other = shared_partner(p, *here, q, own - p, own_end - own);
+    if (!other || !recycler_.ensure_spare()) continue;
     const bool at_start = own == f->addr;
     carve_hole(f, own, own_end - own, BlockState::shared, q);
     mapped_bytes_ -= own_end - own;
