@@ -10,11 +10,14 @@
 namespace gpumem {
 
 inline constexpr std::uint64_t kMinLimitBytes = std::uint64_t(2) << 20;
+// Above this (1 EiB) a limit is a typing error, not a device: refused rather than shown as a wrapped number.
+inline constexpr std::uint64_t kMaxLimitBytes = std::uint64_t(1) << 60;
 // Below this a fraction is less than a page on every GPU worth capping; the allocator checks the exact
 // page against the device's real size.
 inline constexpr double kMinFraction = 1e-4;
 
-// A size (parse_size) or "none" (returns 0). 0 itself and anything below kMinLimitBytes are refused.
+// A size (parse_size) or "none" (returns 0). 0 itself, anything below kMinLimitBytes and above
+// kMaxLimitBytes are refused.
 std::uint64_t parse_limit(std::string_view text);
 // A plain decimal number in [kMinFraction, 1].
 double parse_fraction(std::string_view text);

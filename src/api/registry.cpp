@@ -6,6 +6,7 @@
 // of memory (off with GPUMEM_COOPERATIVE=0).
 #include <array>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
@@ -151,7 +152,11 @@ void start_control_server() {
     };
     hooks.make_device = [](int device) -> Allocator& { return default_allocator(device); };
     std::string why;
-    control::start_server(std::move(hooks), why);  // off or impossible: the program runs without it
+    // Off or impossible: the program runs without it; said once when it was not asked to be off, or
+    // `gpumem stats` would only report that the process has no control channel.
+    if (!control::start_server(std::move(hooks), why) && why != "GPUMEM_CONTROL=0")
+      std::fprintf(stderr, "gpumem: no control channel for this process (gpumem stats, clear, limit and stop cannot reach it): %s\n",
+                   why.c_str());
   });
 }
 
@@ -186,8 +191,12 @@ Allocator* owner_of(const void* ptr) noexcept {
 }
 
 void for_each_default_allocator(const std::function<void(Allocator&)>& fn) {
+  for_each_default_allocator_at([&](int, Allocator& a) { fn(a); });
+}
+
+void for_each_default_allocator_at(const std::function<void(int, Allocator&)>& fn) {
   for (int d = 0; d < kMaxDevices; ++d)
-    if (Allocator* a = existing(d)) fn(*a);
+    if (Allocator* a = existing(d)) fn(d, *a);
 }
 
 std::pair<void*, std::size_t> live_block_containing(const void* ptr) noexcept {

@@ -13,6 +13,8 @@ Allocator* find_default_allocator(int device) noexcept;
 Allocator* owner_of(const void* ptr) noexcept;
 // Calls fn for every default allocator made so far.
 void for_each_default_allocator(const std::function<void(Allocator&)>& fn);
+// The same with each one's device index (the registry's, as the control server reports it).
+void for_each_default_allocator_at(const std::function<void(int, Allocator&)>& fn);
 // The live block of any default allocator holding ptr (at its start or inside): start and usable bytes;
 // {nullptr, 0} if none.
 std::pair<void*, std::size_t> live_block_containing(const void* ptr) noexcept;

@@ -1,5 +1,8 @@
 // The gpumem app: every registered command in one CLI11 app, shared by main and the option-parser fuzzer.
 #include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
 
 #include "cli/command.hpp"
 #include "cli/exit_codes.hpp"
@@ -9,6 +12,26 @@ namespace gpumem::cli {
 std::vector<CommandSpec>& command_registry() {
   static std::vector<CommandSpec> registry;
   return registry;
+}
+
+namespace {
+// A whole number in [lo, hi], else the sentence `what`.
+CLI::Validator whole_number(long lo, long hi, const std::string& what, const std::string& name) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const long v = std::strtol(text.c_str(), &end, 10);
+        if (text.empty() || *end || errno || v < lo || v > hi) return what + ", not '" + text + "'";
+        return "";
+      },
+      name);
+}
+}  // namespace
+
+CLI::Validator pid_validator() { return whole_number(1, INT32_MAX, "a PID is a positive whole number", "PID"); }
+CLI::Validator device_index_validator() {
+  return whole_number(0, 1023, "a device index is a whole number from 0 to 1023", "DEVICE");
 }
 
 std::vector<std::string>& raw_arguments() {

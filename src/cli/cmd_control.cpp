@@ -17,6 +17,7 @@
 #include "control/channel.hpp"
 #include "control/client.hpp"
 #include "gpumem/errors.hpp"
+#include "gpumem/limits.hpp"
 #include "gpumem/trace.hpp"
 #include "monitor/kill.hpp"
 
@@ -26,10 +27,11 @@ namespace {
 constexpr const char* kControlExitHelp =
     "Exit codes:\n"
     "  0  success\n"
-    "  1  the process could not be controlled: gone, no gpumem in it, another user's, no answer in 2 s,\n"
-    "     or it refused the request (one sentence on stderr says which)\n"
-    "  2  bad usage (unknown flag, bad PID, size or fraction)\n"
-    "  5  partly done (--all: some processes failed; stop: it had to be killed)\n";
+    "  1  the process could not be controlled: gone, no gpumem in it, another user's, no answer in time\n"
+    "     (2 s; 10 s for clear, limit and stop), or it refused the request (one sentence on stderr says which)\n"
+    "  2  bad usage (unknown flag, bad PID, device, size or fraction)\n"
+    "  5  partly done (--all: some processes failed; stop: it had to be killed; limit: set, but the memory\n"
+    "     in use is already over it)\n";
 
 struct ControlArgs {
   int pid = 0;
@@ -96,11 +98,13 @@ int for_each_target(const ControlArgs& a, const std::function<nlohmann::ordered_
 }
 
 int run_stats(const ControlArgs& a) {
-  if (!a.json)
-    std::printf("%-8s %-4s %-6s %12s %12s %12s %12s %12s %12s %5s %12s\n", "PID", "DEV", "BACKEND", "ALLOCATED",
-                "PEAK", "RESERVED", "PEAK", "REQUESTED", "LARGEST", "OOMS", "LIMIT");
+  bool header = a.json;  // printed over the first answer: a failure alone prints only its sentence
   return for_each_target(a, [&](int pid) {
     control::ProcessReport r = control::stats(pid);
+    if (!header)
+      std::printf("%-8s %-4s %-6s %12s %12s %12s %12s %12s %12s %5s %12s\n", "PID", "DEV", "BACKEND", "ALLOCATED",
+                  "PEAK", "RESERVED", "PEAK", "REQUESTED", "LARGEST", "OOMS", "LIMIT");
+    header = true;
     nlohmann::ordered_json devices = nlohmann::ordered_json::array();
     for (const auto& d : r.devices) {
       devices.push_back(device_json(d));
@@ -149,6 +153,9 @@ int run_limit(const ControlArgs& a) {
       } catch (const std::exception&) {
         throw CLI::ValidationError("'" + a.amount + "' is neither a size (12GiB, 0 = none) nor a fraction (0.5)");
       }
+      if (bytes != 0 && bytes < kMinLimitBytes)
+        throw CLI::ValidationError("a limit of " + std::to_string(bytes) + " bytes is below one page (2 MiB); 0 removes the limit");
+      if (bytes > kMaxLimitBytes) throw CLI::ValidationError("a limit of " + a.amount + " is above 1 EiB, more than any device");
       answer = control::limit_bytes(a.pid, a.device, bytes);
     }
   } catch (const control::ControlError& e) {
@@ -197,11 +204,12 @@ int run_stop(const ControlArgs& a) {
 }
 
 // One registration per verb; PID parsing and flags are shared.
+
 CommandRunner setup(CLI::App& sub, int (*run)(const ControlArgs&), bool allow_all,
                     void (*extra)(CLI::App&, ControlArgs&) = nullptr) {
   auto a = std::make_shared<ControlArgs>();
   sub.footer(kControlExitHelp);
-  auto* pid = sub.add_option("pid", a->pid, "process id of a program running on gpumem")->check(CLI::PositiveNumber);
+  auto* pid = sub.add_option("pid", a->pid, "process id of a program running on gpumem")->check(pid_validator());
   if (allow_all) sub.add_flag("--all", a->all, "every gpumem process of this user (root: of everyone)");
   else pid->required();
   if (extra) extra(sub, *a);
@@ -230,7 +238,7 @@ GPUMEM_REGISTER_COMMAND(limit, "limit", "change a running gpumem process's memor
                             s.add_option("amount", a.amount, "bytes (12GiB, 512MiB; 0 removes the limit) or a "
                                                               "fraction of the device (0.5)")->required();
                             s.add_option("--device", a.device, "device index in that process (default 0)")
-                                ->check(CLI::NonNegativeNumber);
+                                ->check(device_index_validator());
                           });
                         });
 GPUMEM_REGISTER_COMMAND(stop, "stop", "stop a running gpumem process gracefully (KeyboardInterrupt / on_stop)", 64,

@@ -361,7 +361,9 @@ CommandRunner setup_replay(CLI::App& sub) {
   sub.add_flag("--map-ahead", args->map_ahead,
                "Count the pages the CUDA backend would make ahead of need on its own thread: made, and unmapped "
                "unused (JSON keys ahead_pages, ahead_unused); they take the device's capacity while they wait, and the "
-               "device's peak with them is shown (JSON key peak_device)");
+               "device's peak with them is shown (JSON key peak_device)")
+      ->excludes("--min-capacity")  // the searches probe without pages made ahead (a limit turns them off)
+      ->excludes("--min-limit");
   return [args] { return run_replay(*args); };
 }
 

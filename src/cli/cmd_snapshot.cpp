@@ -89,7 +89,7 @@ GPUMEM_REGISTER_COMMAND(
       sub.footer(kSnapshotExitHelp);
       sub.add_option("pid", a->pid, "process id of a program running on gpumem")
           ->required()
-          ->check(CLI::PositiveNumber);
+          ->check(pid_validator());
       sub.add_option("-o,--output", a->file,
                      "FILE to write ('-': stdout); replaced only once the whole snapshot has arrived")
           ->required();
@@ -98,7 +98,7 @@ GPUMEM_REGISTER_COMMAND(
                      "pytorch.org/memory_viz) or json (gpumem's own, with holes and mappings); default: json "
                      "when FILE ends in .json, else pickle");
       sub.add_option("--device", a->device, "only this device of that process (default: all)")
-          ->check(CLI::NonNegativeNumber);
+          ->check(device_index_validator());
       sub.add_flag("--json", a->json, "print {pid, file, bytes, format, blocks, segments, ...} as JSON");
       return [a, &sub] {
         try {

@@ -23,6 +23,11 @@ std::vector<CommandSpec>& command_registry();
 // verbatim (run: its options end where the program's begin).
 std::vector<std::string>& raw_arguments();
 
+// Checks for the arguments several commands take, with one plain sentence each (CLI11's own name
+// ranges such as "0.000000 to 1.79e308"): a PID, and a device index in a controlled process.
+CLI::Validator pid_validator();
+CLI::Validator device_index_validator();
+
 // `gpumem` alone: declares --json / --watch on the main app and returns the summary's runner.
 CommandRunner setup_summary(CLI::App& app);
 // The gpumem app with every registered command (in --help order) and the runner of each.

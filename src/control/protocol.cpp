@@ -2,6 +2,8 @@
 // range before use, and any failure becomes one sentence rather than an exception escaping the server.
 #include "control/protocol.hpp"
 
+#include "gpumem/limits.hpp"
+
 #include <array>
 #include <cmath>
 
@@ -73,6 +75,10 @@ bool parse_limit(const nlohmann::json& j, Request& r, std::string& error) {
       return false;
     }
     r.bytes = b.get<std::uint64_t>();
+    if (*r.bytes > kMaxLimitBytes) {
+      error = "field 'bytes' must be at most 2^60 (1 EiB)";
+      return false;
+    }
   } else {
     const auto& f = j["fraction"];
     if (!f.is_number() || !std::isfinite(f.get<double>()) || f.get<double>() <= 0 || f.get<double>() > 1) {

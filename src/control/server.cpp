@@ -1,12 +1,14 @@
 // Control server: accept loop on a background thread, request handlers over the default allocators.
 #include "control/server.hpp"
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -79,15 +81,12 @@ nlohmann::json answer(const Request& r, const ServerHooks& hooks) {
       return a;
     case Op::limit: {
       Allocator& al = hooks.make_device(r.device);
+      const std::int64_t before = reserved_of(al);  // a lower limit gives back cache itself (set_limit)
       if (r.fraction) al.set_memory_fraction(*r.fraction);
       else al.set_limit(std::size_t(*r.bytes));
-      std::int64_t released = 0;
       std::size_t limit = al.limit();
-      if (limit != 0 && std::size_t(reserved_of(al)) > limit) {
-        std::int64_t before = reserved_of(al);
-        al.empty_cache();
-        released = before - reserved_of(al);
-      }
+      if (limit != 0 && std::size_t(reserved_of(al)) > limit) al.empty_cache();
+      const std::int64_t released = std::max<std::int64_t>(0, before - reserved_of(al));
       a["limit_bytes"] = limit;
       a["reserved_bytes"] = reserved_of(al);
       a["released_bytes"] = released;
@@ -107,6 +106,11 @@ nlohmann::json answer(const Request& r, const ServerHooks& hooks) {
   return error_answer("unhandled operation");
 }
 
+bool peer_hung_up(int fd) {
+  pollfd p{fd, POLLRDHUP, 0};
+  return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 void serve_one(int fd, const ServerHooks& hooks) {
   Clock::time_point deadline = Clock::now() + std::chrono::seconds(2);
   std::string error;
@@ -120,6 +124,9 @@ void serve_one(int fd, const ServerHooks& hooks) {
     send_frame(fd, to_wire(error_answer("bad request: " + error)), deadline, error);
     return;
   }
+  // A caller that gave up (it timed out while this process was stopped, or was interrupted) was told the
+  // request failed: acting on it now would stop or limit a process behind its back.
+  if (peer_hung_up(fd)) return;
   std::string parse_error;  // a snapshot answers in many frames; everything else in one (parsed again there)
   if (std::optional<Request> r = parse_request(body, parse_error); r && r->op == Op::snapshot) {
     serve_snapshot(fd, *r, hooks);
@@ -176,7 +183,9 @@ std::string handle_request_body(const std::string& body, const ServerHooks& hook
   try {
     return to_wire(answer(*request, hooks));
   } catch (const std::exception& e) {
-    return to_wire(error_answer(e.what()));
+    std::string_view why = e.what();  // the client names the process; the library's own prefix would repeat
+    if (why.starts_with("gpumem: ")) why.remove_prefix(8);
+    return to_wire(error_answer(std::string(why)));
   } catch (...) {
     return to_wire(error_answer("internal error"));
   }

@@ -129,7 +129,10 @@ void MemoryHistory::on_event(const MemoryEvent& e) noexcept {
 TorchSnapshotInput MemoryHistory::torch_snapshot() const {
   TorchSnapshotInput in;
   // Allocator snapshots first, without our mutex (their locks come before ours everywhere).
-  for_each_default_allocator([&](Allocator& a) { in.devices.push_back(a.snapshot()); });
+  for_each_default_allocator_at([&](int device, Allocator& a) {
+    in.devices.push_back(a.snapshot());
+    in.devices.back().device = device;
+  });
   std::lock_guard lock(mutex_);
   int last = -1;
   for (const auto& [device, trace] : traces_) last = std::max(last, device);

@@ -80,6 +80,8 @@ std::uint64_t parse_limit(std::string_view text) {
   if (bytes < kMinLimitBytes)
     throw std::invalid_argument("a limit of " + std::to_string(bytes) +
                                 " bytes is below one page (2 MiB); write 'none' for no limit");
+  if (bytes > kMaxLimitBytes)
+    throw std::invalid_argument("a limit of " + std::string(text) + " is above 1 EiB, more than any device; write 'none' for no limit");
   return bytes;
 }
 

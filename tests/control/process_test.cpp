@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include "control/client.hpp"
@@ -86,6 +88,7 @@ TEST(ControlProcess, LimitFailsTheNextOversizeAllocationOnly) {
   EXPECT_TRUE(a.fits);
   EXPECT_EQ(a.limit_bytes, 16 * MiB);
   EXPECT_EQ(a.reserved_bytes, 8 * MiB);  // the cache was released to fit
+  EXPECT_EQ(a.released_bytes, 32 * MiB);  // set_limit released it itself: still counted
   EXPECT_EQ(t.ask("alloc 12582912"), "oom");  // 8 + 12 > 16
   EXPECT_EQ(t.ask("alloc 4194304"), "ok");    // 8 + 4 fits
   LimitAnswer tight = limit_bytes(t.pid(), 0, 4 * MiB);
@@ -95,6 +98,59 @@ TEST(ControlProcess, LimitFailsTheNextOversizeAllocationOnly) {
   EXPECT_EQ(t.ask("alloc 12582912"), "ok");
   auto [bad_rc, bad_out] = shell(kGpumem + " limit " + std::to_string(t.pid()) + " lots 2>&1");
   EXPECT_EQ(bad_rc, 2) << bad_out;
+  // Below a page, or beyond any device (shown wrapped to a negative number before): bad input, nothing set.
+  for (const char* amount : {"1", "16777215TiB", "18446744073709551615"}) {
+    auto [rc2, out2] = shell(kGpumem + " limit " + std::to_string(t.pid()) + " " + amount + " 2>&1");
+    EXPECT_EQ(rc2, 2) << amount << ": " << out2;
+    EXPECT_EQ(out2.find("gpumem: gpumem"), std::string::npos) << out2;
+  }
+  EXPECT_EQ(stats(t.pid()).devices[0].limit_bytes, 0);
+  auto [dev_rc, dev_out] = shell(kGpumem + " limit " + std::to_string(t.pid()) + " 1GiB --device 99999999 2>&1");
+  EXPECT_EQ(dev_rc, 2) << dev_out;
+  EXPECT_NE(dev_out.find("from 0 to 1023"), std::string::npos) << dev_out;
+}
+
+// A caller that gave up waiting (the process was stopped) was told its request failed: when the process
+// runs again, the request must not take effect behind its back.
+TEST(ControlProcess, ARequestWhoseCallerGaveUpIsDropped) {
+  ControlDir dir;
+  Target t({"GPUMEM_HOST_CAPACITY=256MiB"});
+  ASSERT_EQ(t.ask("alloc 4194304"), "ok");
+  ASSERT_EQ(kill(t.pid(), SIGSTOP), 0);
+  EXPECT_THROW(limit_bytes(t.pid(), 0, 64 * MiB, std::chrono::milliseconds(300)), ControlError);
+  EXPECT_THROW(stop(t.pid(), std::chrono::milliseconds(300)), ControlError);
+  ASSERT_EQ(kill(t.pid(), SIGCONT), 0);
+  ProcessReport r = stats(t.pid());  // answered after the two dropped requests (one connection at a time)
+  ASSERT_EQ(r.devices.size(), 1u);
+  EXPECT_EQ(r.devices[0].limit_bytes, 0);
+  EXPECT_EQ(t.ask("alloc 1048576"), "ok");  // not stopped
+}
+
+// A control directory that cannot be used (here a regular file) leaves the program running without the
+// channel, and says so once on stderr: otherwise `gpumem stats` only reports that the process has none.
+TEST(ControlProcess, AnUnusableControlDirectoryIsSaidOnce) {
+  ControlDir dir;
+  const std::string file = dir.path + "/not-a-dir";
+  std::ofstream(file) << "x";
+  auto [rc, out] = shell("echo quit | GPUMEM_BACKEND=host GPUMEM_CONTROL_DIR=" + file + " " CONTROL_TARGET " 2>&1");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("gpumem: no control channel for this process"), std::string::npos) << out;
+  EXPECT_NE(out.find(file), std::string::npos) << out;
+  auto [off_rc, off_out] = shell("echo quit | GPUMEM_BACKEND=host GPUMEM_CONTROL=0 " CONTROL_TARGET " 2>&1");
+  EXPECT_EQ(off_out.find("no control channel"), std::string::npos) << off_out;  // asked to be off: silent
+}
+
+TEST(ControlProcess, StatsPrintsNoTableForAProcessItCannotReach) {
+  ControlDir dir;
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  waitpid(child, nullptr, 0);
+  auto [rc, out] = shell(kGpumem + " stats " + std::to_string(child) + " 2>/dev/null");
+  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(out, "");
+  auto [bad_rc, bad_out] = shell(kGpumem + " stats abc 2>&1");
+  EXPECT_EQ(bad_rc, 2);
+  EXPECT_NE(bad_out.find("a PID is a positive whole number, not 'abc'"), std::string::npos) << bad_out;
 }
 
 TEST(ControlProcess, UnreachableProcessesGetOneSentence) {

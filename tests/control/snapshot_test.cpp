@@ -133,6 +133,30 @@ TEST(ControlSnapshot, HistoryTraceAndFramesTravelWithIt) {
   EXPECT_TRUE(freed) << seen.dump();
 }
 
+// With history on, the snapshot is the history's (report/history.cpp): each device keeps its number, and
+// --device picks one (every device was labelled 0 there before).
+TEST(ControlSnapshot, HistoryKeepsEachDevicesNumber) {
+  ControlDir dir;
+  Target t({"GPUMEM_HOST_CAPACITY=256MiB"});
+  ASSERT_EQ(t.ask("alloc 4194304"), "ok");
+  limit_bytes(t.pid(), 1, 64 * MiB);  // makes device 1's allocator
+  ASSERT_EQ(t.ask("history 100"), "ok");
+  std::string file = dir.path + "/all.json";
+  auto [rc, out] = shell(kGpumem + " snapshot " + std::to_string(t.pid()) + " -o " + file);
+  ASSERT_EQ(rc, 0) << out;
+  nlohmann::json doc = nlohmann::json::parse(read_file(file), nullptr, false);
+  ASSERT_TRUE(doc.is_object());
+  ASSERT_EQ(doc["devices"].size(), 2u);
+  EXPECT_EQ(doc["devices"][0]["device"], 0);
+  EXPECT_EQ(doc["devices"][1]["device"], 1);
+  std::string one = dir.path + "/one.json";
+  auto [rc1, out1] = shell(kGpumem + " snapshot " + std::to_string(t.pid()) + " -o " + one + " --device 1");
+  ASSERT_EQ(rc1, 0) << out1;
+  nlohmann::json only = nlohmann::json::parse(read_file(one), nullptr, false);
+  ASSERT_EQ(only["devices"].size(), 1u);
+  EXPECT_EQ(only["devices"][0]["device"], 1);
+}
+
 // Tens of thousands of blocks: the document is many chunks long and arrives whole.
 TEST(ControlSnapshot, LargeSnapshotsArriveWhole) {
   ControlDir dir;
