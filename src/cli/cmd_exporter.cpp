@@ -1,8 +1,10 @@
 // gpumem exporter: Prometheus /metrics (dcgm-exporter's names, plus per-process, ghost and gpumem
 // allocator series) over samples taken in the background. --once prints one scrape and exits.
 #include <pthread.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -26,7 +28,7 @@ int print_once(const ExporterOptions& o, const exporter::Sampler::CollectFn& col
   exporter::Snapshot s = collect();
   std::string text;
   if (o.json) {
-    text = exporter::snapshot_json(s).dump(2) + "\n";
+    text = exporter::snapshot_json(s).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   } else {
     exporter::ExporterCounters c;
     c.samples = 1;
@@ -89,6 +91,13 @@ int run_exporter(const ExporterOptions& o) {
   const bool failed = stopped_by == 0;  // serve() ended on its own (the listening socket failed)
   if (failed) pthread_kill(waiter.native_handle(), SIGUSR1);  // wake the waiter
   waiter.join();
+  // The sampler may be blocked in NVML on a hung GPU, for good: the process ends anyway, a little later.
+  const int code = failed ? kExitFailure : stopped_by == SIGINT ? kExitInterrupted : kExitOk;
+  std::thread([code] {
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    std::fflush(nullptr);
+    _exit(code);
+  }).detach();
   sampler.stop();
   if (failed) {
     std::fprintf(stderr, "gpumem exporter: the HTTP server stopped on its own.\n");

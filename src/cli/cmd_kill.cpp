@@ -29,7 +29,11 @@ int run_kill(const KillArgs& a) {
   const bool by_selection = !a.gpus.empty() || !a.user.empty() || a.ghosts;
   if (a.pids.empty() && !by_selection) throw monitor::UsageError("give PIDs, --gpu N, --user U or --ghosts.");
 
-  std::vector<int> targets(a.pids.begin(), a.pids.end());
+  std::vector<int> targets;
+  for (int pid : a.pids) {
+    if (pid <= 0) throw monitor::UsageError("a PID is a positive whole number, not " + std::to_string(pid) + ".");
+    if (std::find(targets.begin(), targets.end(), pid) == targets.end()) targets.push_back(pid);  // each once
+  }
   if (by_selection) {
     std::optional<uid_t> uid;
     if (!a.user.empty()) {

@@ -30,6 +30,9 @@ long loop_period_ms(const QueryOptions& o, std::vector<std::string> extras) {
     long v = 0;
     try { v = std::stol(ms_text, &used); } catch (const std::exception&) { used = 0; }
     if (used != ms_text.size() || v <= 0) throw monitor::UsageError("-lms needs a positive number of milliseconds, not '" + ms_text + "'.");
+    if (v > 10000000000L) throw monitor::UsageError("-lms is at most 10000000000 milliseconds (as -l is at most 10^7 s), not '" + ms_text + "'.");
+    if (!o.loop.empty() && o.loop != "ms" && o.loop.rfind("ms=", 0) != 0)
+      throw monitor::UsageError("give one of -l SEC and -lms / --loop-ms MS.");
     return v;
   }
   if (!o.loop.empty()) return parse_seconds_ms("-l", o.loop);

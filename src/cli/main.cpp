@@ -52,7 +52,8 @@ __attribute__((init_priority(101))) InstallTerminateHandler g_install_terminate_
 // Every command ends here: output that did not reach stdout (a full disk, /dev/full) is a failure.
 int finish(const std::string& command, int code) {
   std::string why;
-  if (!gpumem::cli::stdout_failed(why)) return code;
+  // A command that failed has said why (often that very write): one sentence, not two.
+  if (!gpumem::cli::stdout_failed(why) || code != gpumem::cli::kExitOk) return code;
   std::fprintf(stderr, "gpumem%s%s: %s\n", command.empty() ? "" : " ", command.c_str(), why.c_str());
   return gpumem::cli::kExitFailure;
 }

@@ -1,5 +1,7 @@
 #include "exporter/exposition.hpp"
 
+#include "gpumem/printable.hpp"
+
 #include <charconv>
 #include <cmath>
 
@@ -79,7 +81,9 @@ void ExpositionWriter::finish() {
 void append_label(std::string& labels, std::string_view key, std::string_view value) {
   if (!labels.empty()) labels.push_back(',');
   labels.append(key).append("=\"");
-  for (char c : value) {
+  // Label values must be UTF-8, or the whole scrape is rejected (one process named with a stray byte would
+  // hide every GPU): such bytes become U+FFFD.
+  for (char c : valid_utf8(value)) {
     if (c == '\\') labels.append("\\\\");
     else if (c == '"') labels.append("\\\"");
     else if (c == '\n') labels.append("\\n");

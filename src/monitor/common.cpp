@@ -1,6 +1,7 @@
 #include "monitor/common.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -53,6 +54,31 @@ std::string upper(std::string s) {
 }
 }  // namespace
 
+namespace {
+// A PCI bus id as numbers: "[domain:]bus:device.function" in hex, as NVML ("00000000:18:00.0"), nvidia-smi
+// and lspci ("18:00.0", "0000:18:00.0") write it; nullopt if `id` is not one.
+std::optional<std::array<unsigned long, 4>> parse_bus_id(const std::string& id) {
+  std::array<unsigned long, 4> v{};  // domain, bus, device, function
+  const std::vector<std::string> parts = split(id, ':');
+  if (parts.size() < 2 || parts.size() > 3) return std::nullopt;
+  const std::string& last = parts.back();
+  const std::size_t dot = last.find('.');
+  if (dot == std::string::npos) return std::nullopt;
+  const std::string fields[4] = {parts.size() == 3 ? parts[0] : "0", parts[parts.size() - 2], last.substr(0, dot), last.substr(dot + 1)};
+  for (int i = 0; i < 4; ++i) {
+    if (fields[i].empty() || fields[i].size() > 8 || !std::all_of(fields[i].begin(), fields[i].end(), [](unsigned char c) { return std::isxdigit(c); }))
+      return std::nullopt;
+    v[std::size_t(i)] = std::stoul(fields[i], nullptr, 16);
+  }
+  return v;
+}
+}  // namespace
+
+bool same_bus_id(const std::string& nvml_bus_id, const std::string& id) {
+  auto a = parse_bus_id(nvml_bus_id), b = parse_bus_id(id);
+  return a && b && *a == *b;
+}
+
 std::vector<GpuRef> select_gpus(const nvml::Nvml& nvml, const std::string& ids) {
   auto count = nvml.device_count();
   if (!count) throw NoSuchGpuError("NVML could not count the GPUs: " + nvml.error_string(count.status) + ".");
@@ -82,15 +108,15 @@ std::vector<GpuRef> select_gpus(const nvml::Nvml& nvml, const std::string& ids) 
         if (!g.device) continue;
         auto uuid = nvml.uuid(g.device);
         auto bus = nvml.pci_bus_id(g.device);
-        if ((uuid && upper(*uuid) == upper(id)) || (bus && upper(*bus) == upper(id)) ||
-            (bus && upper(bus->substr(4)) == upper(id))) {  // "0000:18:00.0" short form
+        if ((uuid && upper(*uuid) == upper(id)) || (bus && same_bus_id(*bus, id))) {
           match = g;
           break;
         }
       }
     }
     if (!match) throw NoSuchGpuError("No GPU matches id '" + id + "' (give an index, a UUID or a PCI bus id).");
-    out.push_back(*match);
+    if (std::none_of(out.begin(), out.end(), [&](const GpuRef& g) { return g.index == match->index; }))
+      out.push_back(*match);  // "-i 0,0" or an index and the same GPU's UUID: each GPU once
   }
   return out;
 }

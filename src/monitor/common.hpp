@@ -30,6 +30,9 @@ struct GpuRef {
 // GPUs named by `ids` (nvidia-smi's -i: comma-separated indices, UUIDs or PCI bus ids; empty = all),
 // in the order given. Throws NoSuchGpuError for an id that matches nothing or when there is no GPU.
 std::vector<GpuRef> select_gpus(const nvml::Nvml& nvml, const std::string& ids);
+// True when two PCI bus ids name the same function, however each writes the domain ("00000000:18:00.0",
+// "0000:18:00.0", "18:00.0"; hex digits in either case).
+bool same_bus_id(const std::string& nvml_bus_id, const std::string& id);
 
 // Whole MiB as nvidia-smi prints them: rounded up. On an H200 (driver 580) truncating printed 615/143155
 // and rounding 615/143156 where nvidia-smi prints reserved 616 / free 143156; rounding up fits both.

@@ -1,5 +1,7 @@
 #include "monitor/info.hpp"
 
+#include "gpumem/printable.hpp"
+
 #include <cstdio>
 #include <cstdlib>
 
@@ -29,7 +31,7 @@ InfoReport collect_info(const nvml::Nvml& nvml, const std::vector<GpuRef>& gpus)
   r.driver_version = opt(nvml.driver_version());
   r.cuda_driver_version = opt(nvml.cuda_driver_version());
   r.library = nvml.library().path();
-  std::vector<CudaGpu> cuda_gpus;
+  std::vector<CudaGpu>& cuda_gpus = r.cuda_gpus;
   for (const GpuRef& ref : gpus) {
     InfoGpu g;
     g.index = ref.index;
@@ -59,9 +61,15 @@ InfoReport collect_info(const nvml::Nvml& nvml, const std::vector<GpuRef>& gpus)
       g.processes = *procs;
       for (const auto& p : *procs) g.process_names.push_back(nvml.process_name(p.pid).value.value_or("?"));
     }
-    if (g.error.empty())  // CUDA does not enumerate a GPU that has fallen off the bus
-      cuda_gpus.push_back(CudaGpu{g.index, g.uuid.value_or(""), g.bus_id.value_or(""), g.name.value_or(""), g.capability});
     r.gpus.push_back(g);
+  }
+  // CUDA numbers every GPU, selected or not: `info -i 1` must still say which cuda:N GPU 1 is.
+  for (const GpuRef& ref : select_gpus(nvml, "")) {
+    if (!ref.device) continue;
+    auto name = nvml.name(ref.device);
+    if (name.status == nvml::abi::kErrorGpuIsLost) continue;  // CUDA does not enumerate a GPU that has fallen off the bus
+    cuda_gpus.push_back(CudaGpu{ref.index, opt(nvml.uuid(ref.device)).value_or(""), opt(nvml.pci_bus_id(ref.device)).value_or(""),
+                                name.value.value_or(""), opt(nvml.cuda_capability(ref.device))});
   }
   r.cuda = cuda_order(cuda_gpus, std::getenv("CUDA_DEVICE_ORDER"), std::getenv("CUDA_VISIBLE_DEVICES"));
 
@@ -123,7 +131,7 @@ std::string render_info(const InfoReport& r) {
     } else {
       for (size_t i = 0; i < g.processes->size(); ++i) {
         const auto& p = (*g.processes)[i];
-        std::snprintf(line, sizeof line, "  %-12s %d %s %s\n", i ? "" : "processes", p.pid, g.process_names[i].c_str(),
+        std::snprintf(line, sizeof line, "  %-12s %d %s %s\n", i ? "" : "processes", p.pid, printable(g.process_names[i]).c_str(),
                       mib(p.used_bytes).c_str());
         out += line;
       }
@@ -134,9 +142,9 @@ std::string render_info(const InfoReport& r) {
   if (r.cuda.visible.empty()) out += "  no GPU is visible to CUDA\n";
   for (size_t i = 0; i < r.cuda.visible.size(); ++i) {
     unsigned n = r.cuda.visible[i];
-    std::string bus;
-    for (const InfoGpu& g : r.gpus)
-      if (g.index == n) bus = or_na(g.bus_id);
+    std::string bus = "N/A";
+    for (const CudaGpu& g : r.cuda_gpus)
+      if (g.nvml_index == n && !g.bus_id.empty()) bus = g.bus_id;
     out += "  cuda:" + std::to_string(i) + " -> GPU " + std::to_string(n) + " (" + bus + ")\n";
   }
   out += r.warnings.empty() ? "\nNo warnings.\n" : "\nWarnings:\n";

@@ -32,7 +32,8 @@ struct InfoReport {
   std::optional<int> cuda_driver_version;
   std::string library;
   std::vector<InfoGpu> gpus;
-  CudaMapping cuda;
+  CudaMapping cuda;               // over every GPU, selected or not
+  std::vector<CudaGpu> cuda_gpus;  // what it was made from (their bus ids, for GPUs not in `gpus`)
   std::vector<std::string> warnings;
 };
 

@@ -5,10 +5,20 @@
 #include <csignal>
 #include <ctime>
 
+#include <unistd.h>
+
 namespace gpumem::monitor {
 namespace {
 std::atomic<int> g_stop_signal{0};
-extern "C" void on_stop(int sig) { g_stop_signal.store(sig); }
+constexpr unsigned kStopGraceSeconds = 3;
+int exit_code_for(int sig) { return sig == SIGINT ? 130 : 128 + sig; }
+// A loop that never gets back to its check (an NVML call blocked on a hung GPU) still ends: after a
+// grace period, or at once on a second signal. Both only call async-signal-safe functions.
+extern "C" void on_grace_over(int) { _exit(exit_code_for(g_stop_signal.load())); }
+extern "C" void on_stop(int sig) {
+  if (g_stop_signal.exchange(sig) != 0) _exit(exit_code_for(sig));
+  alarm(kStopGraceSeconds);
+}
 }  // namespace
 
 void install_stop_handlers() {
@@ -18,6 +28,8 @@ void install_stop_handlers() {
   sa.sa_flags = 0;  // no SA_RESTART: the sleep returns EINTR at once
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sa.sa_handler = on_grace_over;
+  sigaction(SIGALRM, &sa, nullptr);
 }
 
 bool stop_requested() noexcept { return g_stop_signal.load() != 0; }

@@ -1,6 +1,8 @@
 // Sampling loops for query and dmon. Contract: Ticker paces samples on an absolute schedule (no drift)
 // and returns false from wait() once SIGINT or SIGTERM has arrived, so loops end cleanly, flushing what
-// they printed. install_stop_handlers() must be called before the first wait().
+// they printed. install_stop_handlers() must be called before the first wait(). A program whose loop
+// cannot get back to wait() (an NVML call blocked on a hung GPU) still ends: 3 s after the signal, or at
+// once on a second one (exit 130 for SIGINT, 128 + the signal otherwise).
 #pragma once
 #include <chrono>
 

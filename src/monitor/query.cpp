@@ -402,7 +402,7 @@ std::string render_query(const nvml::Nvml& nvml, const std::vector<GpuRef>& gpus
       emit(row);
     }
   }
-  if (fmt.json) out = rows.dump() + "\n";
+  if (fmt.json) out = rows.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";  // names may not be UTF-8
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "gpumem/printable.hpp"
 #include "monitor/common.hpp"
 #include "monitor/loop.hpp"
 #include "tui/sample_json.hpp"
@@ -45,7 +46,7 @@ std::optional<long long> allocator_reserved(const TopData& d, unsigned gpu) {
 
 std::string short_command(const ProcRow& r) {
   if (!r.proc) return "?";
-  return r.proc->comm;
+  return printable(r.proc->comm);  // any user names their process: no escape codes reach the terminal
 }
 
 }  // namespace
@@ -132,7 +133,7 @@ int run_summary(const SummaryOptions& o) {
     gatherer.gather(sampler, *d, prev.get());
     prev = d;
     std::string text =
-        o.json ? (o.full ? sample_json(*d) : summary_json(*d)).dump() + "\n" : render_summary(*d, o.color);
+        o.json ? (o.full ? sample_json(*d) : summary_json(*d)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n" : render_summary(*d, o.color);
     if (o.watch_s > 0 && !o.json) text = "\033[H\033[2J" + text;  // repaint in place
     if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
       std::fprintf(stderr, "gpumem: cannot write output: %s.\n", std::strerror(errno));

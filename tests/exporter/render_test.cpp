@@ -5,6 +5,7 @@
 #include <map>
 #include <sstream>
 
+#include "gpumem/printable.hpp"
 #include "exporter/render.hpp"
 
 namespace gpumem::exporter {
@@ -174,6 +175,18 @@ TEST(ExporterRender, ProcessesGhostsAndAllocators) {
   EXPECT_EQ(m["gpumem_allocator_ooms_total" + alloc], "2");
   EXPECT_EQ(m["gpumem_allocator_alloc_retries_total" + alloc], "5");
   EXPECT_EQ(m.count("gpumem_allocator_limit_bytes" + alloc), 0u);  // no limit set: left out
+}
+
+// Any user names their process: a byte that is not UTF-8 in a label value made Prometheus reject the whole
+// scrape (every GPU's metrics). It becomes U+FFFD; an escape character is valid UTF-8 and stays.
+TEST(ExporterRender, ProcessNamesThatAreNotUtf8KeepTheScrapeValid) {
+  ExporterCounters c;
+  Snapshot s = two_gpus();
+  s.processes[0].command = "sl\x1b[31m\xff";
+  const std::string text = render_metrics(s, c, Format::kPrometheusText);
+  EXPECT_EQ(text.find('\xff'), std::string::npos);
+  EXPECT_NE(text.find("command=\"sl\x1b[31m\xEF\xBF\xBD\""), std::string::npos) << text;
+  EXPECT_EQ(gpumem::valid_utf8("ok \xe6\x97\xa5 \xc0\xaf \xed\xa0\x80"), "ok \xe6\x97\xa5 \xEF\xBF\xBD\xEF\xBF\xBD \xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
 }
 
 TEST(ExporterRender, HealthMetrics) {

@@ -142,6 +142,16 @@ TEST_F(PsKill, KillTermThenReport) {
             "PID <PID> (sleep 302): exited on SIGTERM aft");
 }
 
+TEST_F(PsKill, APidGivenTwiceIsSignalledOnce) {
+  Child worker("exec sleep 304");
+  wait_for_exec(worker, "304");
+  const std::string pid = std::to_string(worker.pid());
+  auto r = run_gpumem({"kill", pid, pid, "--timeout", "5"}, env(""));
+  EXPECT_EQ(r.status, 0) << r.out << r.err;  // was 5: the second time "no such process"
+  EXPECT_EQ(worker.reap(), 128 + SIGTERM);
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+}
+
 TEST_F(PsKill, KillEscalatesToSigkill) {
   Child stubborn("trap '' TERM; exec sleep 303");  // an ignored signal stays ignored across exec
   wait_for_exec(stubborn, "303");

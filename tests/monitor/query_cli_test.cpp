@@ -2,6 +2,8 @@
 // every format, errors and exit codes, the loop ended by SIGINT.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "monitor/run_gpumem.hpp"
 #include "nvml/fake_nvml_env.hpp"
 
@@ -142,6 +144,41 @@ TEST(QueryCli, LoopFlagForms) {
   EXPECT_EQ(extra.status, 2);
 }
 
+TEST(QueryCli, LoopPeriodsAreBoundedAndOneOfAKind) {
+  // A period beyond -l's 10^7 s overflowed the schedule: samples in a busy loop.
+  auto huge = run_gpumem({"query", "--query-gpu=index", "-lms", "10000000000000"}, fake_env("two_gpus.txt"));
+  EXPECT_EQ(huge.status, 2) << huge.out;
+  auto both = run_gpumem({"query", "--query-gpu=index", "-l", "1", "--loop-ms", "100"}, fake_env("two_gpus.txt"));
+  EXPECT_EQ(both.status, 2) << both.out;
+}
+
+TEST(QueryCli, GpusByShortBusIdAndEachOnce) {
+  // NVML writes an 8-digit domain; nvidia-smi and lspci users write "2a:00.0" or "0000:2A:00.0".
+  for (const char* id : {"00000000:2A:00.0", "0000:2a:00.0", "0:2A:00.0", "2a:00.0"}) {
+    auto r = run_ok({"query", "--query-gpu=index", "--format=csv,noheader", "-i", id}, fake_env("two_gpus.txt"));
+    EXPECT_EQ(r.out, "1\n") << id;
+  }
+  auto twice = run_ok({"query", "--query-gpu=index", "--format=csv,noheader", "-i", "0,0,GPU-8f1c2e4a-1111-2222-3333-444455556666"},
+                      fake_env("two_gpus.txt"));
+  EXPECT_EQ(twice.out, "0\n");
+  EXPECT_EQ(run_gpumem({"query", "--query-gpu=index", "-i", "2a:00"}, fake_env("two_gpus.txt")).status, 4);
+}
+
+// A GPU that stops answering blocks the NVML call for good: Ctrl-C still ends the program (after a short
+// grace, or at once on a second signal), where it used to hang until SIGKILL.
+TEST(QueryCli, AHungGpuDoesNotMakeTheProgramUnstoppable) {
+  const std::string flag = write_scenario("hang-flag", "");
+  auto env = fake_env("two_gpus.txt");
+  env["GPUMEM_FAKE_NVML_SCENARIO"] = write_scenario(
+      "hang", "driver 550.54.15\ncuda 12040\ngpu name=\"A\" uuid=GPU-a bus=00000000:18:00.0\n"
+              "gpu name=\"B\" uuid=GPU-b bus=00000000:19:00.0 hang_file=" + flag + "\n");
+  for (std::vector<std::string> args : {std::vector<std::string>{"dmon", "-d", "0.05"}, {"query", "--query-gpu=name", "-lms", "50"}}) {
+    auto r = run_gpumem(args, env, 1500);
+    EXPECT_EQ(r.status, 130) << args[0] << ": " << r.err;
+  }
+  std::remove(flag.c_str());
+}
+
 TEST(DmonCli, Golden) {
   auto r = run_ok({"dmon", "-c", "2", "-d", "0.01"}, fake_env("two_gpus.txt"));
   expect_golden("dmon.txt", r.out);
@@ -182,6 +219,9 @@ TEST(InfoCli, Golden) {
   expect_golden("info_visible.txt", mask_build_dir(v.out));
   auto old = run_ok({"info", "-i", "0"}, fake_env("two_gpus.txt", "old"));
   expect_golden("info_old_driver.txt", mask_build_dir(old.out));
+  // CUDA numbers every GPU: the one selected keeps the number it has among all of them.
+  auto one = run_ok({"info", "-i", "1"}, fake_env("two_gpus.txt"));
+  EXPECT_NE(one.out.find("cuda:1 -> GPU 1 (00000000:2A:00.0)"), std::string::npos) << one.out;
 }
 
 TEST(QueryCli, HelpQueryGpuInNvidiaSmiLayoutCoversEveryField) {

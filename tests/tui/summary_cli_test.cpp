@@ -43,6 +43,27 @@ TEST(SummaryCli, JsonHasGpusAndProcesses) {
   EXPECT_EQ(run_gpumem({"--full"}, env()).status, 2);
 }
 
+// Names that are not UTF-8, or carry escape codes, reach neither the terminal raw nor break --json.
+TEST(SummaryCli, HostileProcessNamesStayPrintableAndJsonStaysValid) {
+  auto e = env();
+  e["GPUMEM_FAKE_NVML_SCENARIO"] = write_scenario(
+      "hostile-names", "driver 550.54.15\ncuda 12040\ngpu name=\"GPU \xe9\xff\" uuid=GPU-1 total_mib=1000 used_mib=10\n"
+                       "proc gpu=0 pid=4242 used_mib=5 name=py\xff\xfethon\x1b[31mred\n");
+  for (std::vector<std::string> args : {std::vector<std::string>{"--json"}, {"--json", "--full"}}) {
+    auto r = run_gpumem(args, e);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_TRUE(nlohmann::json::accept(r.out)) << r.out;
+  }
+  auto q = run_gpumem({"query", "--query-gpu=name", "--format=json"}, e);
+  ASSERT_EQ(q.status, 0) << q.err;
+  EXPECT_TRUE(nlohmann::json::accept(q.out)) << q.out;
+  auto apps = run_gpumem({"query", "--query-compute-apps=pid,process_name", "--format=json"}, e);
+  ASSERT_EQ(apps.status, 0) << apps.err;
+  EXPECT_TRUE(nlohmann::json::accept(apps.out)) << apps.out;
+  auto info = run_gpumem({"info"}, e);
+  EXPECT_EQ(info.out.find('\033'), std::string::npos) << info.out;
+}
+
 static size_t screens(const std::string& out) {
   size_t n = 0;
   for (size_t at = out.find("\033[H\033[2J"); at != std::string::npos; at = out.find("\033[H\033[2J", at + 1)) ++n;
