@@ -7,12 +7,15 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <utility>
 
 #include "control/channel.hpp"
 #include "control/protocol.hpp"
+#include "gpumem/printable.hpp"
 
 namespace gpumem::control {
 namespace {
@@ -140,9 +143,11 @@ nlohmann::json read_answer(int pid, Connection& c, Clock::time_point deadline, s
   nlohmann::json answer = nlohmann::json::parse(body, nullptr, false);
   if (answer.is_discarded() || !answer.is_object())
     throw ControlError(FailureKind::refused, pid, who(pid) + " sent an answer that is not JSON");
-  if (!answer.value("ok", false)) {
-    std::string sentence = answer.contains("error") && answer["error"].is_string() ? answer["error"].get<std::string>()
-                                                                                   : "unspecified error";
+  if (!(answer.contains("ok") && answer["ok"].is_boolean() && answer["ok"].get<bool>())) {
+    // Shown on the caller's terminal: one line, no escape codes, whatever the other side sent.
+    std::string sentence = answer.contains("error") && answer["error"].is_string()
+                               ? printable(answer["error"].get<std::string>().substr(0, 400))
+                               : "unspecified error";
     FailureKind kind = sentence.rfind("refused: ", 0) == 0 ? FailureKind::other_user : FailureKind::refused;
     throw ControlError(kind, pid, who(pid) + " " + (kind == FailureKind::other_user ? "refused: it belongs to another user" : "answered: " + sentence));
   }
@@ -166,12 +171,22 @@ Request of(Op op) {
 nlohmann::json call_op(int pid, Request r, std::chrono::milliseconds timeout) {
   return call(pid, request_json(r), timeout);
 }
+// Fields of an answer, read without trusting its types (any process of this user may serve the socket):
+// a field of the wrong type reads as absent, never as an exception from the JSON library.
 std::int64_t int_field(const nlohmann::json& j, const char* key) {
-  return j.contains(key) && j[key].is_number() ? j[key].get<std::int64_t>() : 0;
+  if (!j.contains(key) || !j[key].is_number()) return 0;
+  if (j[key].is_number_unsigned()) return std::int64_t(std::min<std::uint64_t>(j[key].get<std::uint64_t>(), INT64_MAX));
+  return j[key].get<std::int64_t>();
+}
+std::string string_field(const nlohmann::json& j, const char* key) {
+  return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+}
+bool bool_field(const nlohmann::json& j, const char* key, bool otherwise) {
+  return j.contains(key) && j[key].is_boolean() ? j[key].get<bool>() : otherwise;
 }
 LimitAnswer limit_answer(const nlohmann::json& a) {
   return {int_field(a, "limit_bytes"), int_field(a, "reserved_bytes"), int_field(a, "released_bytes"),
-          a.value("fits", true)};
+          bool_field(a, "fits", true)};
 }
 }  // namespace
 
@@ -183,8 +198,8 @@ ProcessReport stats(int pid, std::chrono::milliseconds timeout) {
     if (!d.is_object()) continue;
     DeviceReport r;
     r.device = int(int_field(d, "device"));
-    r.backend = d.value("backend", "");
-    r.device_key = d.value("device_key", "");
+    r.backend = string_field(d, "backend");
+    r.device_key = string_field(d, "device_key");
     r.allocated_bytes = int_field(d, "allocated_bytes");
     r.allocated_peak_bytes = int_field(d, "allocated_peak_bytes");
     r.reserved_bytes = int_field(d, "reserved_bytes");

@@ -2,7 +2,9 @@
 // through the client library and the gpumem binary.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,7 +15,10 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "control/channel.hpp"
 #include "control/client.hpp"
 #include "control/target_process.hpp"
 #include "nvml/fake_nvml_env.hpp"
@@ -138,6 +143,48 @@ TEST(ControlProcess, AnUnusableControlDirectoryIsSaidOnce) {
   EXPECT_NE(out.find(file), std::string::npos) << out;
   auto [off_rc, off_out] = shell("echo quit | GPUMEM_BACKEND=host GPUMEM_CONTROL=0 " CONTROL_TARGET " 2>&1");
   EXPECT_EQ(off_out.find("no control channel"), std::string::npos) << off_out;  // asked to be off: silent
+}
+
+// Any process of this user may serve a socket in the control directory: answers of the wrong types read
+// as absent fields or as a refusal in one printable line, never as an exception from the JSON library.
+TEST(ControlProcess, AnswersOfTheWrongShapeAreReadSafely) {
+  ControlDir dir;
+  const std::string path = dir.path + "/" + std::to_string(getpid()) + ".sock";
+  int listener = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  const std::vector<std::string> answers = {
+      R"({"v":1,"ok":"yes"})",
+      R"({"v":1,"ok":true,"devices":[{"device":"x","backend":7,"limit_bytes":18446744073709551615,"reserved_bytes":-5}]})",
+      "{\"v\":1,\"ok\":false,\"error\":\"bad\\n\\u001b[31mthing\"}"};
+  std::thread server([&] {
+    for (const std::string& answer : answers) {
+      int c = accept(listener, nullptr, nullptr);
+      std::string body, error;
+      recv_frame(c, body, 1 << 20, Clock::now() + std::chrono::seconds(5), error);
+      send_frame(c, answer, Clock::now() + std::chrono::seconds(5), error);
+      close(c);
+    }
+  });
+  EXPECT_THROW(stats(getpid()), ControlError);
+  ProcessReport r = stats(getpid());
+  ASSERT_EQ(r.devices.size(), 1u);
+  EXPECT_EQ(r.devices[0].backend, "");
+  EXPECT_EQ(r.devices[0].limit_bytes, INT64_MAX);
+  try {
+    stats(getpid());
+    ADD_FAILURE() << "a refusal must throw";
+  } catch (const ControlError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    EXPECT_EQ(what.find('\x1b'), std::string::npos) << what;
+    EXPECT_NE(what.find("bad\\n\\e[31mthing"), std::string::npos) << what;
+  }
+  server.join();
+  close(listener);
 }
 
 TEST(ControlProcess, StatsPrintsNoTableForAProcessItCannotReach) {
