@@ -88,6 +88,12 @@ int run_main(int argc, char** argv) {
   }
   for (auto& [sub, run] : cli.runners) {
     if (!sub->parsed()) continue;
+    for (const char* own : {"--json", "--full", "--watch"})  // the summary's: silently ignored otherwise
+      if (app.get_option(own)->count() > 0) {
+        std::fprintf(stderr, "gpumem: %s before a command belongs to the summary (gpumem %s); write it after the command: gpumem %s %s\n",
+                     own, own, sub->get_name().c_str(), own);
+        return kExitUsage;
+      }
     std::snprintf(g_command, sizeof g_command, "%s", sub->get_name().c_str());
     int code;
     try {

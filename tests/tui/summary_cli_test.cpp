@@ -41,6 +41,10 @@ TEST(SummaryCli, JsonHasGpusAndProcesses) {
   EXPECT_EQ(f["gpus"][0]["memory_used_bytes"], 20480ull << 20);
   EXPECT_EQ(f["gpus"][0]["processes"][1]["used_memory_bytes"], 8000ull << 20);
   EXPECT_EQ(run_gpumem({"--full"}, env()).status, 2);
+  // The summary's flags before a command were silently ignored (`gpumem --json info` printed text).
+  auto misplaced = run_gpumem({"--json", "info"}, env());
+  EXPECT_EQ(misplaced.status, 2);
+  EXPECT_NE(misplaced.err.find("gpumem info --json"), std::string::npos) << misplaced.err;
 }
 
 // Names that are not UTF-8, or carry escape codes, reach neither the terminal raw nor break --json.
