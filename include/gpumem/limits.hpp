@@ -22,4 +22,13 @@ std::uint64_t parse_limit(std::string_view text);
 // A plain decimal number in [kMinFraction, 1].
 double parse_fraction(std::string_view text);
 
+// What `gpumem limit` and top's limit prompt take: a fraction of the device written with a point ("0.5",
+// "1.0"), or a size ("8GiB", "512MiB"; 0 removes the limit). The same text means the same in both.
+struct LimitAmount {
+  bool fraction = false;
+  double share = 0;         // when fraction
+  std::uint64_t bytes = 0;  // otherwise; 0: no limit
+};
+LimitAmount parse_limit_amount(std::string_view text);
+
 }  // namespace gpumem

@@ -15,7 +15,9 @@ namespace gpumem::trace {
 
 class TraceWriter {
  public:
-  // Throws TraceError with one sentence when the file cannot be created.
+  // Throws TraceError with one sentence when the file cannot be created. A file another process is
+  // writing (each process of a job inherits GPUMEM_TRACE) is left to it: this one writes PATH with its pid
+  // before the extension ("trace.jsonl.gz" -> "trace.1234.jsonl.gz"); path() and redirected() say so.
   TraceWriter(const std::string& path, const std::string& source, const std::string& device);
   ~TraceWriter();
   TraceWriter(const TraceWriter&) = delete;
@@ -28,6 +30,8 @@ class TraceWriter {
   // Flushes and closes; throws TraceError if the data could not be written. Idempotent.
   void close();
   std::size_t events_written() const noexcept { return events_; }
+  const std::string& path() const noexcept { return path_; }
+  bool redirected() const noexcept { return redirected_; }
 
  private:
   struct Compressor;  // the thread that compresses and writes full buffers
@@ -43,6 +47,7 @@ class TraceWriter {
   const char* shut(bool flush);
   std::string path_, source_, device_;
   bool header_written_ = false;
+  bool redirected_ = false;
   void* file_ = nullptr;  // gzFile
   std::size_t events_ = 0;
   std::string pending_;  // formatted, not yet handed to the compressor

@@ -35,6 +35,10 @@ std::optional<std::uint64_t> env_size(const char* name) {
 std::optional<std::uint64_t> env_limit() {
   const char* value = get("GPUMEM_LIMIT");
   if (!value) return std::nullopt;
+  // Both set: one cap would silently replace the other (`gpumem run` refuses --limit with --fraction too).
+  if (const char* fraction = get("GPUMEM_FRACTION"))
+    throw Error(std::string("gpumem: GPUMEM_LIMIT='") + value + "' and GPUMEM_FRACTION='" + fraction +
+                "' exclude each other: set one of them");
   try {
     return parse_limit(value);
   } catch (const std::invalid_argument& e) {

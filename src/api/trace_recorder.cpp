@@ -1,5 +1,7 @@
 #include "api/trace_recorder.hpp"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -111,6 +113,9 @@ void trace_start(const std::string& path) {
     std::lock_guard lock(r.mutex);
     if (r.writer) r.writer->close();
     r.writer = std::make_unique<trace::TraceWriter>(path, "gpumem recorder", "");
+    if (r.writer->redirected())
+      std::fprintf(stderr, "gpumem: another process is writing the trace %s; this one (pid %d) writes %s\n", path.c_str(),
+                   int(getpid()), r.writer->path().c_str());
     r.live.clear();
     r.start = std::chrono::steady_clock::now();
     recording = true;

@@ -139,25 +139,15 @@ int run_reset(const ControlArgs& a) {
 
 int run_limit(const ControlArgs& a) {
   control::LimitAnswer answer;
-  bool is_fraction = a.amount.find_first_not_of("0123456789.") == std::string::npos &&
-                     a.amount.find('.') != std::string::npos;
+  LimitAmount amount;
   try {
-    if (is_fraction) {
-      double f = std::stod(a.amount);
-      if (!(f > 0 && f <= 1)) throw CLI::ValidationError("a FRACTION must be in (0, 1]");
-      answer = control::limit_fraction(a.pid, a.device, f);
-    } else {
-      std::uint64_t bytes = 0;
-      try {
-        bytes = parse_size(a.amount);
-      } catch (const std::exception&) {
-        throw CLI::ValidationError("'" + a.amount + "' is neither a size (12GiB, 0 = none) nor a fraction (0.5)");
-      }
-      if (bytes != 0 && bytes < kMinLimitBytes)
-        throw CLI::ValidationError("a limit of " + std::to_string(bytes) + " bytes is below one page (2 MiB); 0 removes the limit");
-      if (bytes > kMaxLimitBytes) throw CLI::ValidationError("a limit of " + a.amount + " is above 1 EiB, more than any device");
-      answer = control::limit_bytes(a.pid, a.device, bytes);
-    }
+    amount = parse_limit_amount(a.amount);
+  } catch (const std::invalid_argument& e) {
+    throw CLI::ValidationError(std::string(e.what()) + " (a SIZE such as 12GiB, 0 for none, or a FRACTION such as 0.5)");
+  }
+  try {
+    answer = amount.fraction ? control::limit_fraction(a.pid, a.device, amount.share)
+                             : control::limit_bytes(a.pid, a.device, amount.bytes);
   } catch (const control::ControlError& e) {
     return fail(e);
   }

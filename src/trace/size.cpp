@@ -64,8 +64,14 @@ std::uint64_t parse_size(std::string_view text) {
     if (unit == u.name) scale = u.bytes;
   }
   if (scale == 0) bad(text, "unknown unit \"" + unit + "\" (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)");
-  unsigned __int128 bytes = mantissa * scale;
+  unsigned __int128 bytes = mantissa * scale, whole = bytes;
   for (unsigned d = 0; d < decimals; ++d) bytes /= 10;
+  unsigned __int128 back = bytes;
+  for (unsigned d = 0; d < decimals; ++d) back *= 10;
+  // Below a unit the bytes are rounded down ("1.3GiB"); a byte count itself must be whole, and a size
+  // that rounds to nothing is refused: "0.5B" read as 0 would mean "no limit".
+  if (scale == 1 && back != whole) bad(text, "a byte count is a whole number");
+  if (bytes == 0 && mantissa != 0) bad(text, "it is less than one byte");
   if (bytes > UINT64_MAX) bad(text, "it is larger than 2^64-1 bytes");
   return static_cast<std::uint64_t>(bytes);
 }
@@ -94,6 +100,28 @@ double parse_fraction(std::string_view text) {
   if (f < kMinFraction)
     throw std::invalid_argument("fraction " + s + " is below 0.0001, less than a page of any GPU; use --limit none or unset it for no limit");
   return f;
+}
+
+LimitAmount parse_limit_amount(std::string_view text) {
+  while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
+  while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
+  LimitAmount a;
+  const bool fraction_shaped = !text.empty() && text.find_first_not_of("0123456789.") == std::string_view::npos &&
+                               text.find('.') != std::string_view::npos;
+  if (fraction_shaped) {
+    const std::string s(text);
+    char* end = nullptr;
+    a.share = std::strtod(s.c_str(), &end);
+    if (end != s.c_str() + s.size() || !(a.share > 0 && a.share <= 1))
+      throw std::invalid_argument("a fraction of the device is a number in (0, 1], not '" + s + "'");
+    a.fraction = true;
+    return a;
+  }
+  a.bytes = parse_size(text);
+  if (a.bytes != 0 && a.bytes < kMinLimitBytes)
+    throw std::invalid_argument("a limit of " + std::to_string(a.bytes) + " bytes is below one page (2 MiB); 0 removes the limit");
+  if (a.bytes > kMaxLimitBytes) throw std::invalid_argument("a limit of " + std::string(text) + " is above 1 EiB, more than any device");
+  return a;
 }
 
 }  // namespace gpumem

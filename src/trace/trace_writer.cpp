@@ -1,11 +1,15 @@
 #include "gpumem/trace_writer.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -77,11 +81,50 @@ struct TraceWriter::Compressor {
   }
 };
 
+namespace {
+// "run/trace.jsonl.gz" -> "run/trace.1234.jsonl.gz": the pid before the first dot of the file's name.
+std::string with_pid(const std::string& path) {
+  const std::size_t name = path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1;
+  const std::size_t dot = path.find('.', name + 1);
+  const std::string pid = "." + std::to_string(getpid());
+  return dot == std::string::npos ? path + pid : path.substr(0, dot) + pid + path.substr(dot);
+}
+
+// Opens `path` for writing and locks it for this process; -1 with errno when it cannot be opened, -2
+// when another process holds it. Non-blocking: a FIFO without a reader fails instead of hanging.
+int open_locked(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
+  if (fd < 0) return -1;
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return fd;  // a device (/dev/null) or pipe: as it is
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    return -2;
+  }
+  (void)!ftruncate(fd, 0);  // only once it is ours
+  return fd;
+}
+}  // namespace
+
 TraceWriter::TraceWriter(const std::string& path, const std::string& source, const std::string& device)
     : path_(path), source_(source), device_(device), owner_pid_(int(getpid())) {
+  // Every process of a job inherits GPUMEM_TRACE (torchrun's ranks): two writing one file interleave
+  // into a trace nobody can read, so a file another process writes is left to it and this one writes
+  // beside it, with its pid in the name.
+  int fd = open_locked(path_);
+  if (fd == -2) {
+    path_ = with_pid(path);
+    redirected_ = true;
+    fd = open_locked(path_);
+  }
+  if (fd < 0) throw TraceError(path_, 0, std::string("cannot create the trace file: ") + (fd == -2 ? "another process writes it" : std::strerror(errno)));
   // "wbT" writes plain text through the same calls; gzip level 6 otherwise.
-  file_ = gzopen(path.c_str(), ends_with(path, ".gz") ? "wb6" : "wbT");
-  if (!file_) throw TraceError(path, 0, "cannot create the trace file");
+  file_ = gzdopen(fd, ends_with(path_, ".gz") ? "wb6" : "wbT");
+  if (!file_) {
+    ::close(fd);
+    throw TraceError(path_, 0, "cannot create the trace file: out of memory");
+  }
   pending_.reserve(kBufferBytes + 256);
 }
 

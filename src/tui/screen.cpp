@@ -38,7 +38,7 @@ void put_cell(int y, int x, const char* s, attr_t attr) {
 
 attr_t color(const ScreenStyle& st, Pair p) { return st.color ? COLOR_PAIR(p) : A_NORMAL; }
 
-std::string mib_text(std::optional<unsigned long long> b) { return b ? short_bytes(static_cast<long long>(*b)) : "?"; }
+std::string mib_text(std::optional<unsigned long long> b) { return b ? short_bytes(signed_bytes(*b)) : "?"; }
 
 template <class T>
 std::string num(const std::optional<T>& v, const char* unit) {

@@ -9,8 +9,10 @@
 #include <cstring>
 #include <functional>
 #include <future>
+#include <thread>
 #include <langinfo.h>
 
+#include <gpumem/limits.hpp>
 #include <gpumem/trace.hpp>
 
 #include "control/client.hpp"
@@ -35,9 +37,14 @@ extern "C" void on_crash(int sig) {
   raise(sig);
 }
 
+// The terminal's modes as the shell left them: read before initscr() changes them.
+void save_terminal_modes() { g_have_termios = tcgetattr(STDIN_FILENO, &g_saved_termios) == 0; }
+
+// The handler runs on a stack of its own: a crash by stack overflow must give the terminal back too.
+alignas(16) char g_crash_stack[64 * 1024];
+
 void prepare_crash_restore() {
-  g_have_termios = tcgetattr(STDIN_FILENO, &g_saved_termios) == 0;
-  for (const char* cap : {"rmcup", "cnorm", "sgr0"}) {
+  for (const char* cap : {"rmcup", "rmkx", "cnorm", "sgr0"}) {
     const char* s = tigetstr(const_cast<char*>(cap));
     if (!s || s == reinterpret_cast<char*>(-1)) continue;
     size_t n = std::strlen(s);
@@ -45,11 +52,20 @@ void prepare_crash_restore() {
     std::memcpy(g_restore_seq + g_restore_len, s, n);
     g_restore_len += n;
   }
-  for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGFPE}) signal(sig, on_crash);
+  stack_t alt{};
+  alt.ss_sp = g_crash_stack;
+  alt.ss_size = sizeof g_crash_stack;
+  sigaltstack(&alt, nullptr);
+  struct sigaction sa {};
+  sa.sa_handler = on_crash;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_ONSTACK;
+  for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGFPE}) sigaction(sig, &sa, nullptr);
 }
 
 struct CursesSession {
   CursesSession() {
+    save_terminal_modes();
     initscr();
     prepare_crash_restore();
     cbreak();  // Ctrl-C stays a signal
@@ -77,6 +93,21 @@ struct Prompt {
   std::function<std::string(const std::string&)> action;  // runs off the screen thread
 };
 
+// Runs an action off the screen thread. Not std::async: its future's destructor waits for the action, so
+// replacing it (a second action) or quitting froze the screen until a kill or a stopped process gave up.
+std::future<std::string> start_action(std::function<std::string()> fn) {
+  auto promise = std::make_shared<std::promise<std::string>>();
+  std::future<std::string> done = promise->get_future();
+  std::thread([promise, fn = std::move(fn)] {
+    try {
+      promise->set_value(fn());
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  }).detach();
+  return done;
+}
+
 std::string one_line(std::string s) {
   while (!s.empty() && s.back() == '\n') s.pop_back();
   for (char& c : s)
@@ -98,29 +129,14 @@ std::string for_each_pid(const std::vector<int>& pids, const std::function<std::
   return out;
 }
 
-std::string limit_action(const std::vector<std::pair<int, int>>& targets, const std::string& text) {
-  // "0.5" is a fraction of the device; anything with a unit or above 1 is a size.
-  std::optional<double> fraction;
-  try {
-    size_t used = 0;
-    double v = std::stod(text, &used);
-    if (used == text.size() && v > 0 && v <= 1) fraction = v;
-  } catch (const std::exception&) {
-  }
-  std::uint64_t bytes = 0;
-  if (!fraction) {
-    try {
-      bytes = parse_size(text);
-    } catch (const std::exception& e) {
-      return std::string("limit not set: ") + e.what();
-    }
-  }
+std::string limit_action(const std::vector<std::pair<int, int>>& targets, const LimitAmount& amount) {
   std::string out;
   for (auto [pid, device] : targets) {
     std::string r;
     try {
-      auto a = fraction ? control::limit_fraction(pid, device, *fraction) : control::limit_bytes(pid, device, bytes);
-      r = std::to_string(pid) + ": limit " + short_bytes(a.limit_bytes) + (a.fits ? "" : " (reserved is above it)");
+      auto a = amount.fraction ? control::limit_fraction(pid, device, amount.share) : control::limit_bytes(pid, device, amount.bytes);
+      r = std::to_string(pid) + (a.limit_bytes ? ": limit " + short_bytes(a.limit_bytes) : std::string(": no limit")) +
+          (a.fits ? "" : " (reserved is above it)");
     } catch (const std::exception& e) {
       r = e.what();
     }
@@ -182,6 +198,7 @@ int run_top(const TopOptions& o) {
     std::string who;
     for (const ProcRow* r : t) who += (who.empty() ? "" : ", ") + describe(*r);
     prompt.mode = Mode::kConfirm;
+    prompt.input.clear();  // what an earlier prompt left would read as a typed answer
     prompt.question = std::string(verb) + " " + who + "? [y/N]";
     auto copy = std::make_shared<std::vector<ProcRow>>();
     for (const ProcRow* r : t) copy->push_back(*r);
@@ -197,6 +214,10 @@ int run_top(const TopOptions& o) {
       if (std::find(pids.begin(), pids.end(), r->pid) == pids.end()) pids.push_back(r->pid);
     return pids;
   };
+
+  // One action at a time: a second one waits for nothing and says so.
+  auto busy = [&] { return running.valid() && running.wait_for(std::chrono::seconds(0)) != std::future_status::ready; };
+  static constexpr const char* kBusy = "the previous action is still running; try again when it has answered";
 
   bool quit = false;
   while (!quit && !monitor::stop_requested()) {
@@ -224,9 +245,11 @@ int run_top(const TopOptions& o) {
     }
     if (prompt.mode == Mode::kConfirm) {
       prompt.mode = Mode::kNormal;
-      if (ch == 'y' || ch == 'Y') {
+      if ((ch == 'y' || ch == 'Y') && busy()) {
+        overlay.message = kBusy;
+      } else if (ch == 'y' || ch == 'Y') {
         overlay.message = "working...";
-        running = std::async(std::launch::async, prompt.action, std::string());
+        running = start_action([action = prompt.action] { return action(std::string()); });
       } else {
         overlay.message = "cancelled";
       }
@@ -323,8 +346,15 @@ int run_top(const TopOptions& o) {
         prompt.mode = Mode::kInput;
         prompt.question = "limit for " + std::to_string(t.size()) + " process(es) (e.g. 8GiB or 0.5; Esc cancels): ";
         prompt.input.clear();
-        prompt.action = [t, &running](const std::string& text) {
-          running = std::async(std::launch::async, limit_action, t, text);
+        prompt.action = [t, &running, &busy](const std::string& text) {
+          if (busy()) return std::string(kBusy);
+          LimitAmount amount;
+          try {
+            amount = parse_limit_amount(text);
+          } catch (const std::exception& e) {
+            return std::string("limit not set: ") + e.what();
+          }
+          running = start_action([t, amount] { return limit_action(t, amount); });
           return std::string("working...");
         };
         break;

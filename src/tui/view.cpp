@@ -67,18 +67,21 @@ std::vector<Column> fit_columns(int width) {
 }
 
 std::string short_bytes(long long bytes) {
-  if (bytes < 0) return "-" + short_bytes(-bytes);
-  const char* units = "BKMGTP";
-  double v = static_cast<double>(bytes);
+  // The magnitude as unsigned: -LLONG_MIN does not exist (a driver's 2^63 bytes recursed until the stack
+  // ran out).
+  const unsigned long long magnitude = bytes < 0 ? 0ull - static_cast<unsigned long long>(bytes) : bytes;
+  const char* units = "BKMGTPE";
+  double v = static_cast<double>(magnitude);
   int u = 0;
-  while (v >= 1024 && u < 5) {
+  while (v >= 1024 && u < 6) {
     v /= 1024;
     ++u;
   }
   char buf[32];
-  if (u == 0) std::snprintf(buf, sizeof buf, "%lldB", bytes);
-  else if (v < 10) std::snprintf(buf, sizeof buf, "%.1f%c", v, units[u]);
-  else std::snprintf(buf, sizeof buf, "%.0f%c", v, units[u]);
+  const char* sign = bytes < 0 ? "-" : "";
+  if (u == 0) std::snprintf(buf, sizeof buf, "%s%lluB", sign, magnitude);
+  else if (v < 10) std::snprintf(buf, sizeof buf, "%s%.1f%c", sign, v, units[u]);
+  else std::snprintf(buf, sizeof buf, "%s%.0f%c", sign, v, units[u]);
   return buf;
 }
 
@@ -110,7 +113,7 @@ std::string cell_text(const ProcRow& r, const Column& c) {
   if (t == "PID") return std::to_string(r.pid);
   if (t == "USER") return r.proc ? r.proc->user : "-";
   if (t == "T") return r.type;
-  if (t == "GPU-MEM") return r.gpu_bytes ? short_bytes(static_cast<long long>(*r.gpu_bytes)) : "-";
+  if (t == "GPU-MEM") return r.gpu_bytes ? short_bytes(signed_bytes(*r.gpu_bytes)) : "-";
   if (t == "ALLOC") return bytes(r.alloc_bytes);
   if (t == "RESV") return bytes(r.reserved_bytes);
   if (t == "PEAK") return bytes(r.peak_bytes);
@@ -127,7 +130,7 @@ std::string cell_text(const ProcRow& r, const Column& c) {
     std::snprintf(buf, sizeof buf, "%.0f", *r.cpu_percent);
     return buf;
   }
-  if (t == "HOST") return r.proc ? short_bytes(static_cast<long long>(r.proc->rss_bytes)) : "-";
+  if (t == "HOST") return r.proc ? short_bytes(signed_bytes(r.proc->rss_bytes)) : "-";
   if (t == "TIME") return r.age_s ? short_duration(*r.age_s) : "-";
   if (t == "CONTAINER") return r.proc && !r.proc->container.empty() ? r.proc->container : "-";
   return command_of(r);

@@ -38,6 +38,11 @@ std::string cell_text(const ProcRow& row, const Column& col);
 
 // "12.3G", "512M", "0B": at most 6 characters.
 std::string short_bytes(long long bytes);
+// A count a driver reports unsigned, for short_bytes: beyond 8 EiB (a broken reading) it shows as 8.0E,
+// never as a negative number.
+inline long long signed_bytes(unsigned long long bytes) {
+  return static_cast<long long>(bytes > 0x7fffffffffffffffull ? 0x7fffffffffffffffull : bytes);
+}
 // "1:02:03", "4d03h".
 std::string short_duration(double seconds);
 // The one-line description of a row for confirmations: "4242 python3 (alice)".

@@ -44,6 +44,20 @@ TEST(EnvConfig, MalformedValuesNameTheVariable) {
     ScopedEnv e("GPUMEM_TEST_FRACTION", bad);
     EXPECT_THROW(gpumem::api::env_fraction("GPUMEM_TEST_FRACTION"), gpumem::Error) << bad;
   }
+  // Fractional or sub-byte counts: "0.5B" read as 0 bytes meant "no limit" where `gpumem limit` took it.
+  for (const char* bad : {"1.5", "0.5B", "0.0000001KiB"}) {
+    ScopedEnv e("GPUMEM_TEST_SIZE", bad);
+    EXPECT_THROW(gpumem::api::env_size("GPUMEM_TEST_SIZE"), gpumem::Error) << bad;
+  }
+  {
+    ScopedEnv limit("GPUMEM_LIMIT", "2MiB"), fraction("GPUMEM_FRACTION", "0.5");
+    try {
+      gpumem::api::env_limit();
+      FAIL() << "both caps set";
+    } catch (const gpumem::Error& err) {
+      EXPECT_NE(std::string(err.what()).find("exclude each other"), std::string::npos) << err.what();
+    }
+  }
   {
     ScopedEnv e("GPUMEM_BACKEND", "host");
     EXPECT_EQ(gpumem::api::env_backend(), "host");

@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "gpumem/limits.hpp"
 #include "gpumem/trace.hpp"
 
 namespace gpumem {
@@ -29,7 +30,8 @@ TEST(ParseSize, PlainBytesAndUnits) {
 
 TEST(ParseSize, RejectsBadInput) {
   for (const char* bad : {"", "  ", "GiB", "-1", "-1GiB", "12 parsecs", "1.5.5GiB", "1e9", "0x100", "16 GiB extra",
-                          "18446744073709551616", "17179869184GiB", "99999999999999999999999999999999", "."}) {
+                          "18446744073709551616", "17179869184GiB", "99999999999999999999999999999999", ".",
+                          "1.5", "0.5B", "0.0000001KiB"}) {  // a byte count is whole; nothing is not "0.5B"
     EXPECT_THROW(parse_size(bad), std::invalid_argument) << bad;
   }
   try {
@@ -37,6 +39,18 @@ TEST(ParseSize, RejectsBadInput) {
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(), "invalid size \"12 parsecs\": unknown unit \"parsecs\" (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)");
   }
+}
+
+// `gpumem limit` and top's limit prompt read the same text the same way.
+TEST(ParseLimitAmount, FractionsHaveAPointSizesAUnitOrAreWhole) {
+  EXPECT_TRUE(parse_limit_amount("0.5").fraction);
+  EXPECT_DOUBLE_EQ(parse_limit_amount(" 0.5 ").share, 0.5);
+  EXPECT_TRUE(parse_limit_amount("1.0").fraction);
+  EXPECT_FALSE(parse_limit_amount("8GiB").fraction);
+  EXPECT_EQ(parse_limit_amount("8GiB").bytes, 8ull << 30);
+  EXPECT_EQ(parse_limit_amount("0").bytes, 0u);  // no limit
+  for (const char* bad : {"1", "1.5", "0.0", "0.5B", "2MB", "16777215TiB", "half", ""})
+    EXPECT_THROW(parse_limit_amount(bad), std::invalid_argument) << bad;
 }
 
 }  // namespace

@@ -71,6 +71,31 @@ TEST(TraceWriter, AFullDiskIsOneClearError) {
   EXPECT_NO_THROW(w.close());  // closed: nothing more to say
 }
 
+// Every process of a job inherits GPUMEM_TRACE: a second writer of one file interleaved lines into a trace
+// nobody could read. It writes beside it, its pid in the name, and both files read back whole.
+TEST(TraceWriter, ASecondWriterOfOneFileWritesBesideIt) {
+  const std::string pid = std::to_string(getpid());
+  const std::string path = temp_path(".shared.jsonl.gz");
+  const std::string beside = "/tmp/gpumem-trace-writer-test-" + pid + "." + pid + ".shared.jsonl.gz";
+  {
+    TraceWriter first(path, "test", "");
+    TraceWriter second(path, "test", "");
+    EXPECT_FALSE(first.redirected());
+    EXPECT_TRUE(second.redirected());
+    EXPECT_EQ(second.path(), beside);
+    for (std::uint64_t i = 0; i < 20000; ++i) {
+      write_block(first, i);
+      write_block(second, i);
+    }
+    first.close();
+    second.close();
+  }
+  EXPECT_EQ(read_trace(path).events.size(), 3u * 20000);
+  EXPECT_EQ(read_trace(beside).events.size(), 3u * 20000);
+  std::remove(path.c_str());
+  std::remove(beside.c_str());
+}
+
 TEST(TraceWriter, AForkedChildLeavesItsParentsFileAlone) {
   const std::string path = temp_path(".fork.jsonl.gz");
   TraceWriter w(path, "test", "");

@@ -63,8 +63,9 @@ class TmuxSession {
     std::string screen = capture();
     return std::atoi(screen.c_str() + screen.find("EXIT=") + 5);
   }
-  // What a user finds after the program: main screen back, cursor visible.
-  bool terminal_restored() const { return format("#{alternate_on} #{cursor_flag}") == "0 1"; }
+  // What a user finds after the program: main screen back, cursor visible, arrow keys sending what the
+  // shell expects (keypad mode off).
+  bool terminal_restored() const { return format("#{alternate_on} #{cursor_flag} #{keypad_flag}") == "0 1 0"; }
 
  private:
   std::string tmux() const { return "tmux -L " + socket_; }

@@ -78,7 +78,7 @@ struct Fixture {
   std::string command(const std::string& args) const {
     return "trap \"\" INT; sh -c \"echo \\$\\$ > " + pidfile + "; exec env GPUMEM_NVML_LIBRARY=" + fake_nvml_path() +
            " GPUMEM_FAKE_NVML_SCENARIO=" + scenario + " GPUMEM_DEV_DIR=/nonexistent TERM=tmux-256color LANG=C.UTF-8 " +
-           gpumem_binary() + " top " + args + "\"; echo EXIT=$?; sleep 60";
+           gpumem_binary() + " top " + args + "\"; echo EXIT=$?; stty -a | tr \" ;\" \"\\n\\n\" | grep -x -e -icanon -e -echo; sleep 60";
   }
   pid_t top_pid() const {
     std::ifstream f(pidfile);
@@ -214,6 +214,19 @@ TEST(TopTmux, CrashSignalRestoresTheTerminal) {
   kill(f.top_pid(), SIGSEGV);
   EXPECT_EQ(t.wait_exit(), 128 + SIGSEGV);
   EXPECT_TRUE(t.terminal_restored());
+  // The shell's line modes too (saved before curses changed them): the pane lists any still off.
+  EXPECT_EQ(t.settled("EXIT=").find("-icanon"), std::string::npos) << t.capture();
+  EXPECT_EQ(t.capture().find("-echo"), std::string::npos) << t.capture();
+}
+
+// A driver reporting 2^63 bytes for a process made the memory column recurse until the stack ran out.
+TEST(TopTmux, AbsurdMemoryReadingsShowWithoutACrash) {
+  Fixture f("tophuge", 1, "proc gpu=0 pid=" + std::to_string(getpid()) + " used_mib=8796093022208\n");
+  TmuxSession t("huge", 120, 30, f.command(""));
+  ASSERT_TRUE(t.wait_for("q quit")) << t.capture();
+  EXPECT_NE(t.capture().find("8.0E"), std::string::npos) << t.capture();
+  t.keys("q");
+  EXPECT_EQ(t.wait_exit(), 0) << t.capture();
 }
 
 TEST(TopTmux, WithoutTerminalOneSentenceAndExit2) {
