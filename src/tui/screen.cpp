@@ -15,7 +15,8 @@ const char* const kKeyHelp =
     "f  filter by user     g  next GPU filter           h  this help\n"
     "c  clear cache        l  set memory limit (gpumem processes)\n"
     "s  graceful stop      k  kill (TERM, then KILL), as `gpumem kill`\n"
-    "Actions act on the selected rows, or on the row under the cursor, after a y/N confirmation.";
+    "Actions act on the selected rows, or on the row under the cursor,\n"
+    "after a y/N confirmation; one at a time.";
 
 namespace {
 

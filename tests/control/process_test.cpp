@@ -115,6 +115,19 @@ TEST(ControlProcess, LimitFailsTheNextOversizeAllocationOnly) {
   EXPECT_NE(dev_out.find("from 0 to 1023"), std::string::npos) << dev_out;
 }
 
+// True once /proc says `pid` is stopped (state T), within 10 s.
+bool wait_until_stopped(pid_t pid) {
+  for (int i = 0; i < 1000; ++i) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const std::size_t close = line.rfind(')');
+    if (close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'T') return true;
+    usleep(10000);
+  }
+  return false;
+}
+
 // A caller that gave up waiting (the process was stopped) was told its request failed: when the process
 // runs again, the request must not take effect behind its back.
 TEST(ControlProcess, ARequestWhoseCallerGaveUpIsDropped) {
@@ -122,6 +135,7 @@ TEST(ControlProcess, ARequestWhoseCallerGaveUpIsDropped) {
   Target t({"GPUMEM_HOST_CAPACITY=256MiB"});
   ASSERT_EQ(t.ask("alloc 4194304"), "ok");
   ASSERT_EQ(kill(t.pid(), SIGSTOP), 0);
+  ASSERT_TRUE(wait_until_stopped(t.pid()));  // a signal is delivered when the target next runs
   EXPECT_THROW(limit_bytes(t.pid(), 0, 64 * MiB, std::chrono::milliseconds(300)), ControlError);
   EXPECT_THROW(stop(t.pid(), std::chrono::milliseconds(300)), ControlError);
   ASSERT_EQ(kill(t.pid(), SIGCONT), 0);
