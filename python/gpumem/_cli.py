@@ -7,7 +7,11 @@ from . import _binary
 
 
 def main():
-    path = _binary.path()
+    try:
+        path = _binary.path()
+    except _binary.GpumemNotFound as e:
+        sys.stderr.write(f"{e}\n")
+        return 1
     try:
         os.execv(path, [path, *sys.argv[1:]])
     except OSError as e:

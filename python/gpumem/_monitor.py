@@ -154,5 +154,8 @@ def watch(interval=1.0, count=None, with_processes=True):
         yield gpus(with_processes)
         n += 1
         next_at += interval
+        now = time.monotonic()
+        if next_at < now:  # fell behind (a slow consumer or sample): restart the schedule, never burst
+            next_at = now
         if count is None or n < count:
-            time.sleep(max(0.0, next_at - time.monotonic()))
+            time.sleep(max(0.0, next_at - now))

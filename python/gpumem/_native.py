@@ -72,11 +72,23 @@ def path():
     return lib._name if lib is not None else None
 
 
+TIMEOUT_S = 60  # as the binary's path: a GPU that stops answering blocks NVML for good
+
+
 def sample(flags):
-    """(status, document or sentence): the sample as a dict when status is OK, else the library's sentence."""
+    """(status, document or sentence): the sample as a dict when status is OK, else the library's sentence.
+    The call runs on a thread of its own so that Ctrl-C interrupts the wait and a hung GPU ends in an error
+    after TIMEOUT_S instead of blocking the program for ever (the stuck call is left behind)."""
     lib = load()
     out, size = ctypes.c_void_p(), ctypes.c_size_t()
-    status = lib.gpumem_monitor_sample_json(flags, ctypes.byref(out), ctypes.byref(size))
+    result = []
+    call = threading.Thread(target=lambda: result.append(lib.gpumem_monitor_sample_json(flags, ctypes.byref(out), ctypes.byref(size))),
+                            name="gpumem-sample", daemon=True)
+    call.start()
+    call.join(TIMEOUT_S)
+    if not result:
+        return -1, f"gpumem: the GPU driver gave no answer in {TIMEOUT_S} s (a GPU that stopped answering?)"
+    status = result[0]
     try:
         text = ctypes.string_at(out.value, size.value).decode("utf-8", "replace") if out.value else ""
     finally:

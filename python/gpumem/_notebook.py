@@ -60,6 +60,7 @@ class track:
     def __init__(self, label="block", device=None, quiet=False):
         self.label, self.device, self.quiet = label, device, quiet
         self.record: Optional[TrackRecord] = None
+        self._entered: List[tuple] = []  # (record, start) per entry: one instance may be entered nested
 
     def __enter__(self):
         cuda = _torch().cuda
@@ -71,13 +72,14 @@ class track:
         allocated = cuda.memory_allocated(self.device)
         self.record = TrackRecord(self.label, len(_open), allocated, cuda.memory_reserved(self.device), peak=allocated)
         _open.append(self.record)
-        self._start = time.perf_counter()
+        self._entered.append((self.record, time.perf_counter()))
         return self.record
 
     def __exit__(self, *exc):
         cuda = _torch().cuda
-        r = self.record
-        r.seconds = time.perf_counter() - self._start
+        r, start = self._entered.pop()
+        self.record = r
+        r.seconds = time.perf_counter() - start
         r.peak = max(r.peak, cuda.max_memory_allocated(self.device))
         r.allocated_after = cuda.memory_allocated(self.device)
         r.reserved_after = cuda.memory_reserved(self.device)
@@ -158,6 +160,20 @@ def _nbytes(t):
     return t.element_size() * t.nelement()
 
 
+def _device_index(torch, device):
+    """The CUDA device index torch's spellings name: 1, "cuda:1", torch.device("cuda", 1); "cuda" or a
+    device without an index is the current one; None is every device."""
+    if device is None or isinstance(device, int):
+        return device
+    index = getattr(device, "index", None) if not isinstance(device, str) else None
+    if isinstance(device, str):
+        kind, _, number = device.partition(":")
+        if kind != "cuda" or (number and not number.isdigit()):
+            raise ValueError(f"gpumem.tensors: {device!r} is not a CUDA device (give 1, 'cuda:1' or 'cuda')")
+        index = int(number) if number else None
+    return index if index is not None else torch.cuda.current_device()
+
+
 def tensors(device=None):
     """Live CUDA tensors reachable from Python (gc), gradients included, grouped by shape and dtype, largest
     first. A tensor seen twice (a parameter and a dict entry) counts once."""
@@ -165,10 +181,12 @@ def tensors(device=None):
     parameter = getattr(getattr(torch, "nn", None), "Parameter", None)
     seen, groups, where = set(), {}, {}
 
+    wanted = _device_index(torch, device)
+
     def visit(t, kind):
         if id(t) in seen or not getattr(t, "is_cuda", False):
             return
-        if device is not None and t.get_device() != device:
+        if wanted is not None and t.get_device() != wanted:
             return
         seen.add(id(t))
         key = (tuple(t.shape), str(t.dtype).replace("torch.", ""))

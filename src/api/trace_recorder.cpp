@@ -111,8 +111,12 @@ void trace_start(const std::string& path) {
   std::lock_guard one_at_a_time(r.starting_or_stopping);
   {
     std::lock_guard lock(r.mutex);
+    // The new file first: a path that cannot be written leaves the trace underway running. The same
+    // file again starts afresh (opened while the old writer holds it, it would be written beside it).
+    if (r.writer && r.writer->path() == path) r.writer->close();
+    auto writer = std::make_unique<trace::TraceWriter>(path, "gpumem recorder", "");
     if (r.writer) r.writer->close();
-    r.writer = std::make_unique<trace::TraceWriter>(path, "gpumem recorder", "");
+    r.writer = std::move(writer);
     if (r.writer->redirected())
       std::fprintf(stderr, "gpumem: another process is writing the trace %s; this one (pid %d) writes %s\n", path.c_str(),
                    int(getpid()), r.writer->path().c_str());

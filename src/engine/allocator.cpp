@@ -67,6 +67,12 @@ void* Allocator::allocate_after_releasing_cache(std::size_t bytes, StreamId stre
       failure = e.what();
     }
   }
+  {
+    // A failed growth may have made pages it then could not use (the large part of a request made, its
+    // rest refused): they go back now, so a caught out-of-memory leaves reserved where it was.
+    std::lock_guard lock(d.physical.mutex());
+    if (std::size_t returned = d.physical.release_unused_chunks()) d.hub.emit(EventKind::give_back, 0, returned, 0, 0);
+  }
   d.throw_oom(bytes, stream, failure, true, released);
 }
 

@@ -91,7 +91,8 @@ int gpumem_monitor_sample_json(int flags, char** out_json, size_t* out_len) {
     Reader& r = reader_for(s, flags);
     tui::TopData data;
     r.gatherer.gather(r.sampler, data, nullptr);
-    std::string text = tui::sample_json(data).dump();
+    // Process and GPU names may be any bytes: replaced, or one bad name would fail the whole sample.
+    std::string text = tui::sample_json(data).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     *out_json = copy_text(text);
     if (!*out_json) return fail(GPUMEM_MONITOR_FAILED, "gpumem: out of host memory for the sample.", out_json, out_len);
     *out_len = text.size();

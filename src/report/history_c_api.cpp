@@ -7,6 +7,7 @@
 #include "api/c_api_internal.hpp"
 #include "gpumem/gpumem.h"
 #include "gpumem/gpumem_history.h"
+#include "gpumem/printable.hpp"
 #include "report/history.hpp"
 
 namespace {
@@ -70,7 +71,8 @@ int gpumem_history_clear(void) {
 }
 
 int gpumem_history_set_frames(const char* packed) {
-  return guarded([&] { report::MemoryHistory::set_thread_frames(unpack_frames(packed ? packed : "")); });
+  // File and function names go into the pickle as UTF-8 strings: other bytes would make it unreadable.
+  return guarded([&] { report::MemoryHistory::set_thread_frames(unpack_frames(valid_utf8(packed ? packed : "").c_str())); });
 }
 
 int gpumem_snapshot_write(const char* path) {

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "gpumem/allocator.hpp"
+#include "gpumem/host_backend.hpp"
 #include "gpumem/sim_backend.hpp"
 
 namespace gpumem {
@@ -209,6 +210,24 @@ TEST(BadInput, ALimitBelowWhatIsLiveOnlyStopsGrowth) {
 }
 
 TEST(BadInput, AnAllocatorNeedsABackend) { EXPECT_THROW(Allocator(nullptr), std::invalid_argument); }
+
+// A request the device cannot hold made the large part of its growth, failed on the rest, and kept what it
+// had made reserved after the out-of-memory error (1.75 GiB of a 4 GiB device nobody could use).
+TEST(BadInput, AFailedRequestLeavesReservedWhereItWas) {
+  HostBackendOptions o;  // makes a request's pages one by one until the device refuses one
+  o.capacity = std::size_t(4) << 30;
+  Allocator alloc(std::make_shared<HostBackend>(o));
+  void* p = alloc.allocate(2 * kMiB);
+  alloc.deallocate(p);
+  const auto before = alloc.stats().reserved_bytes[kAggregatePool].current;
+  for (std::size_t bytes : {std::size_t(1) << 40, (std::size_t(4) << 30) + 1, std::size_t(5) << 30}) {
+    EXPECT_THROW(alloc.allocate(bytes), OutOfMemoryError) << bytes;
+    EXPECT_LE(alloc.stats().reserved_bytes[kAggregatePool].current, before) << bytes;
+    EXPECT_NO_THROW(alloc.check_invariants());
+  }
+  void* q = alloc.allocate(std::size_t(3) << 30);  // the device is whole for the next request
+  alloc.deallocate(q);
+}
 
 }  // namespace
 }  // namespace gpumem

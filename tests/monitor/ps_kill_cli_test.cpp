@@ -50,9 +50,11 @@ class Child {
 };
 
 // Waits until the child's exec has happened (its command line changed) so /proc shows the final image.
+// Until the child's shell has exec'd `sleep NEEDLE` (the shell's own command line holds NEEDLE too).
 void wait_for_exec(const Child& c, const std::string& needle) {
+  const std::string execd = std::string("sleep") + '\0' + needle;
   for (int i = 0; i < 500; ++i) {
-    if (slurp("/proc/" + std::to_string(c.pid()) + "/cmdline").find(needle) != std::string::npos) return;
+    if (slurp("/proc/" + std::to_string(c.pid()) + "/cmdline").find(execd) != std::string::npos) return;
     usleep(2000);
   }
 }

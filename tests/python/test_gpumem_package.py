@@ -88,6 +88,43 @@ class Monitoring(unittest.TestCase):
         self.assertEqual(len(samples), 3)
         self.assertTrue(all(s[0].memory_used == 20480 << 20 for s in samples))
 
+    def test_names_that_are_not_utf8_cost_one_character_not_the_sample(self):
+        with tempfile.TemporaryDirectory() as d:
+            scenario = os.path.join(d, "names.txt")
+            with open(scenario, "wb") as f:
+                f.write(b'driver 550.54.15\ngpu name="GPU \xe9\xff" uuid=GPU-1 total_mib=1000 used_mib=10\n'
+                        b"proc gpu=0 pid=4242 used_mib=5 name=py\xff\xfethon\n")
+            self.reopen(GPUMEM_FAKE_NVML_SCENARIO=scenario)
+            [g] = gpumem.gpus()  # the whole sample failed on the first bad byte through the library
+            self.assertEqual(g.name, "GPU \ufffd\ufffd")
+
+    def test_a_gpu_that_stops_answering_ends_in_an_error_not_a_hang(self):
+        if self.backend[0] != "library":
+            self.skipTest("the binary's run has its own 60 s timeout")
+        with tempfile.TemporaryDirectory() as d:
+            flag, scenario = os.path.join(d, "hang"), os.path.join(d, "hang.txt")
+            open(flag, "w").close()
+            with open(scenario, "w") as f:
+                f.write(f'driver 550.54.15\ngpu name="A" uuid=GPU-a\ngpu name="B" uuid=GPU-b hang_file={flag}\n')
+            self.reopen(GPUMEM_FAKE_NVML_SCENARIO=scenario)
+            saved, _native.TIMEOUT_S = _native.TIMEOUT_S, 1
+            try:
+                with self.assertRaisesRegex(gpumem.GpumemError, "no answer in 1 s"):
+                    gpumem.gpus()
+            finally:
+                _native.TIMEOUT_S = saved
+                os.remove(flag)  # the stuck call answers and leaves the library's lock
+                __import__("time").sleep(0.5)
+
+    def test_watch_skips_the_samples_it_fell_behind_on(self):
+        times = []
+        for i, _ in enumerate(gpumem.watch(0.2, count=4, with_processes=False)):
+            times.append(__import__("time").monotonic())
+            if i == 0:
+                __import__("time").sleep(0.7)  # a slow consumer: three ticks missed
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        self.assertTrue(all(g > 0.1 for g in gaps[1:]), gaps)  # no burst of back-to-back samples
+
     def test_gpumem_processes_carry_their_allocators_numbers(self):
         # A real process on gpumem's allocator (host backend) that the NVML double lists on GPU 0.
         with tempfile.TemporaryDirectory() as d:
@@ -165,6 +202,26 @@ class MonitoringThroughBinary(Monitoring):
         with self.assertRaisesRegex(gpumem.GpumemError, "cannot run /nonexistent/gpumem"):
             gpumem.gpus()
 
+    def test_the_wheels_console_script_on_path_is_not_taken_for_the_binary(self):
+        # pip puts a Python `gpumem` script on PATH; taken for the binary, it exec'd itself for ever.
+        from gpumem import _binary
+        with tempfile.TemporaryDirectory() as scripts, tempfile.TemporaryDirectory() as real:
+            with open(os.path.join(scripts, "gpumem"), "w") as f:
+                f.write("#!/usr/bin/env python3\nfrom gpumem._cli import main\n")
+            os.chmod(os.path.join(scripts, "gpumem"), 0o755)
+            os.symlink(os.path.join(BUILD, "gpumem"), os.path.join(real, "gpumem"))
+            del os.environ["GPUMEM_BINARY"]
+            os.environ["PATH"] = scripts + os.pathsep + real
+            self.assertEqual(_binary.path(), os.path.join(real, "gpumem"))
+            os.environ["PATH"] = scripts
+            if not os.path.isfile(os.path.join(_binary._HERE, "_bin", "gpumem")):
+                with self.assertRaises(gpumem.GpumemNotFound):
+                    _binary.path()
+                r = subprocess.run([sys.executable, "-c", "import sys; from gpumem._cli import main; sys.exit(main())"],
+                                   env=dict(os.environ, PYTHONPATH=os.path.join(SOURCE, "python")),
+                                   capture_output=True, text=True, timeout=60)
+                self.assertEqual((r.returncode, r.stderr.count("\n")), (1, 1), r.stderr)  # one line, no traceback
+
 
 def run_notebook(code):
     env = dict(os.environ, GPUMEM_BACKEND="host", GPUMEM_HOST_CAPACITY="256MiB",
@@ -212,6 +269,14 @@ class Notebook(unittest.TestCase):
             assert step(5 * MiB) == 5 * MiB
             records = gpumem._notebook.track_records()
             assert [r.label for r in records][-1].endswith("step") and records[-1].peak == 8 * MiB, records[-1]
+            # One instance entered twice, nested: each exit closes its own entry (it raised ValueError).
+            again = gpumem.track("again", quiet=True)
+            with again as first_entry:
+                with again as second_entry:
+                    d = raw.malloc(1 * MiB, 0, 0)
+                    raw.free(d, 1 * MiB, 0, 0)
+            assert first_entry is not second_entry and second_entry.depth == first_entry.depth + 1
+            assert not gpumem._notebook._open
             table = gpumem.summary(reset=True)
             assert table.splitlines()[1].startswith("  inner:") and "outer:" in table, table
             assert gpumem.summary() == "gpumem track summary:"
@@ -249,6 +314,9 @@ class Notebook(unittest.TestCase):
             assert (groups[1].shape, groups[1].count) == ((64, 256), 3), groups[1]
             assert len(groups) == 2, groups                    # the CPU tensor is not listed
             assert gpumem.tensors(device=1) == []
+            # torch's spellings of a device (returned [] before: compared with the string as given)
+            assert len(gpumem.tensors(device="cuda:0")) == 2 and len(gpumem.tensors(device="cuda")) == 2
+            assert gpumem.tensors(device="cuda:1") == []
             assert str(big) == "3 x float32[1024, 1024] (parameter, gradient, tensor): 12.00 MiB", str(big)
 
             # With memory history on, each group says where its tensors were allocated.
