@@ -172,6 +172,9 @@ Sampler make_sampler(std::shared_ptr<const nvml::Nvml> nvml, std::vector<GpuRef>
     std::vector<nvml::abi::Device> devices;
     for (const auto& g : impl->gpus) devices.push_back(g.device);
     impl->pcie = std::make_unique<nvml::PcieSampler>(impl->nvml, devices);
+    // The first sample has a reading: ~20 ms a counter in the driver, two per GPU (bounded by a GPU that
+    // does not answer).
+    impl->pcie->wait_first_round(std::chrono::milliseconds(100 + 50 * devices.size()));
   }
   return Sampler(std::move(impl));
 }

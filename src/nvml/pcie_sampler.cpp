@@ -28,6 +28,11 @@ unsigned PcieSampler::rounds() const {
   return rounds_;
 }
 
+bool PcieSampler::wait_first_round(std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return cv_.wait_for(lock, timeout, [this] { return rounds_ > 0 || stop_; }) && rounds_ > 0;
+}
+
 void PcieSampler::run() {
   while (true) {
     for (size_t i = 0; i < devices_.size(); ++i) {
@@ -47,6 +52,7 @@ void PcieSampler::run() {
     }
     std::unique_lock<std::mutex> lock(mutex_);
     ++rounds_;
+    cv_.notify_all();  // a first reading waited for
     // The driver's counter covers a 20 ms window; a pass every ~0.5 s is plenty for a 1 s display.
     if (cv_.wait_for(lock, std::chrono::milliseconds(500), [this] { return stop_; })) return;
   }

@@ -186,6 +186,9 @@ TEST(DmonCli, Golden) {
   expect_golden("dmon_um.txt", sel.out);
   auto pcie = run_ok({"dmon", "-c", "1", "-s", "t", "-i", "0"}, fake_env("two_gpus.txt"));
   EXPECT_EQ(pcie.out.substr(0, pcie.out.find('\n')), "# gpu  rxpci  txpci ");
+  // One sample (-c 1) has a PCIe reading: it came before the background thread's first pass ("-").
+  const std::string data = pcie.out.substr(pcie.out.rfind('\n', pcie.out.size() - 2) + 1);
+  EXPECT_EQ(data.find('-'), std::string::npos) << pcie.out;
   auto bad = run_gpumem({"dmon", "-s", "x"}, fake_env("two_gpus.txt"));
   EXPECT_EQ(bad.status, 2);
 }
