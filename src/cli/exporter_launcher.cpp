@@ -30,7 +30,7 @@ int exec_exporter() {
   std::size_t at = 1;
   while (at < raw.size() && raw[at] != "exporter") ++at;
   std::string path = exporter_path();
-  std::vector<std::string> args{"gpumem-exporter", "exporter"};
+  std::vector<std::string> args{"gpumem", "exporter"};  // argv[0]: what --help and errors name
   for (std::size_t i = at + 1; i < raw.size(); ++i) args.push_back(raw[i]);
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
