@@ -8,6 +8,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "gpumem/trace.hpp"
 
@@ -18,6 +19,7 @@ class TraceWriter {
   // Throws TraceError with one sentence when the file cannot be created. A file another process is
   // writing (each process of a job inherits GPUMEM_TRACE) is left to it: this one writes PATH with its pid
   // before the extension ("trace.jsonl.gz" -> "trace.1234.jsonl.gz"); path() and redirected() say so.
+  // Within one process a second writer of a file is not detected (the recorder closes the first).
   TraceWriter(const std::string& path, const std::string& source, const std::string& device);
   ~TraceWriter();
   TraceWriter(const TraceWriter&) = delete;
@@ -31,6 +33,8 @@ class TraceWriter {
   void close();
   std::size_t events_written() const noexcept { return events_; }
   const std::string& path() const noexcept { return path_; }
+  // True if `path` names the file this writer writes (however it is spelled).
+  bool writes(const std::string& path) const;
   bool redirected() const noexcept { return redirected_; }
 
  private:
@@ -48,6 +52,7 @@ class TraceWriter {
   std::string path_, source_, device_;
   bool header_written_ = false;
   bool redirected_ = false;
+  std::pair<std::uint64_t, std::uint64_t> file_id_{};  // st_dev, st_ino
   void* file_ = nullptr;  // gzFile
   std::size_t events_ = 0;
   std::string pending_;  // formatted, not yet handed to the compressor

@@ -19,6 +19,7 @@ OK, NO_DEVICE = 0, 4
 _lock = threading.Lock()
 _lib = None
 _tried = False
+_stuck = None  # a sample's thread that never got its answer (it still holds the library's lock)
 
 
 def _candidates():
@@ -79,15 +80,27 @@ def sample(flags):
     """(status, document or sentence): the sample as a dict when status is OK, else the library's sentence.
     The call runs on a thread of its own so that Ctrl-C interrupts the wait and a hung GPU ends in an error
     after TIMEOUT_S instead of blocking the program for ever (the stuck call is left behind)."""
+    global _stuck
+    if _stuck is not None and _stuck.is_alive():  # it holds the library's lock: a new call would wait too
+        return -1, "gpumem: the GPU driver has not answered an earlier sample yet (a GPU that stopped answering?)"
     lib = load()
     out, size = ctypes.c_void_p(), ctypes.c_size_t()
     result = []
-    call = threading.Thread(target=lambda: result.append(lib.gpumem_monitor_sample_json(flags, ctypes.byref(out), ctypes.byref(size))),
-                            name="gpumem-sample", daemon=True)
-    call.start()
-    call.join(TIMEOUT_S)
+
+    def call():
+        try:
+            result.append(lib.gpumem_monitor_sample_json(flags, ctypes.byref(out), ctypes.byref(size)))
+        except BaseException as e:  # handed to the caller as it is
+            result.append(e)
+
+    worker = threading.Thread(target=call, name="gpumem-sample", daemon=True)
+    worker.start()
+    worker.join(TIMEOUT_S)
     if not result:
+        _stuck = worker
         return -1, f"gpumem: the GPU driver gave no answer in {TIMEOUT_S} s (a GPU that stopped answering?)"
+    if isinstance(result[0], BaseException):
+        raise result[0]
     status = result[0]
     try:
         text = ctypes.string_at(out.value, size.value).decode("utf-8", "replace") if out.value else ""
@@ -101,6 +114,6 @@ def reset():
     again: after a driver reload, or when GPUMEM_NVML_LIBRARY / GPUMEM_MONITOR_LIBRARY changed."""
     global _lib, _tried
     with _lock:
-        if _lib is not None:
+        if _lib is not None and not (_stuck is not None and _stuck.is_alive()):  # else it would wait with it
             _lib.gpumem_monitor_reset()
         _lib, _tried = None, False

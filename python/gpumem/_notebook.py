@@ -166,6 +166,8 @@ def _device_index(torch, device):
     if device is None or isinstance(device, int):
         return device
     index = getattr(device, "index", None) if not isinstance(device, str) else None
+    if not isinstance(device, str) and getattr(device, "type", "cuda") != "cuda":
+        raise ValueError(f"gpumem.tensors: {device!r} is not a CUDA device (give 1, 'cuda:1' or 'cuda')")
     if isinstance(device, str):
         kind, _, number = device.partition(":")
         if kind != "cuda" or (number and not number.isdigit()):

@@ -112,8 +112,11 @@ void trace_start(const std::string& path) {
   {
     std::lock_guard lock(r.mutex);
     // The new file first: a path that cannot be written leaves the trace underway running. The same
-    // file again starts afresh (opened while the old writer holds it, it would be written beside it).
-    if (r.writer && r.writer->path() == path) r.writer->close();
+    // file again (however spelled) starts afresh: the old writer goes first, and with it the trace.
+    if (r.writer && r.writer->writes(path)) {
+      recording = false;
+      r.writer.reset();  // closes it (a write error it finds is reported at close: none to report here)
+    }
     auto writer = std::make_unique<trace::TraceWriter>(path, "gpumem recorder", "");
     if (r.writer) r.writer->close();
     r.writer = std::move(writer);

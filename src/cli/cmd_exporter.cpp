@@ -12,6 +12,7 @@
 
 #include "cli/command.hpp"
 #include "cli/monitor_cli.hpp"
+#include "cli/output.hpp"
 #include "exporter/server.hpp"
 #include "exporter/snapshot_json.hpp"
 #include "monitor/procfs.hpp"
@@ -28,7 +29,7 @@ int print_once(const ExporterOptions& o, const exporter::Sampler::CollectFn& col
   exporter::Snapshot s = collect();
   std::string text;
   if (o.json) {
-    text = exporter::snapshot_json(s).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    text = json_text(exporter::snapshot_json(s));
   } else {
     exporter::ExporterCounters c;
     c.samples = 1;

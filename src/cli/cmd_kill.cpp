@@ -30,10 +30,8 @@ int run_kill(const KillArgs& a) {
   if (a.pids.empty() && !by_selection) throw monitor::UsageError("give PIDs, --gpu N, --user U or --ghosts.");
 
   std::vector<int> targets;
-  for (int pid : a.pids) {
-    if (pid <= 0) throw monitor::UsageError("a PID is a positive whole number, not " + std::to_string(pid) + ".");
-    if (std::find(targets.begin(), targets.end(), pid) == targets.end()) targets.push_back(pid);  // each once
-  }
+  for (int pid : a.pids)  // each once (the option's pid_validator refused anything but a positive number)
+    if (std::find(targets.begin(), targets.end(), pid) == targets.end()) targets.push_back(pid);
   if (by_selection) {
     std::optional<uid_t> uid;
     if (!a.user.empty()) {
@@ -68,7 +66,7 @@ int run_kill(const KillArgs& a) {
 GPUMEM_REGISTER_COMMAND(
     kill, "kill", "stop processes holding GPUs: SIGTERM, wait, then SIGKILL", 50, [](CLI::App& sub) -> CommandRunner {
       auto a = std::make_shared<KillArgs>();
-      sub.add_option("pids", a->pids, "process ids");
+      sub.add_option("pids", a->pids, "process ids")->check(pid_validator());
       sub.add_option("--gpu", a->gpus, "every process using GPU N (index, UUID or PCI bus id)");
       sub.add_option("--user", a->user, "only processes of user U (name or uid)");
       sub.add_flag("--ghosts", a->ghosts, "processes holding /dev/nvidia* without a CUDA context (not driver daemons)");

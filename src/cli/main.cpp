@@ -53,7 +53,7 @@ __attribute__((init_priority(101))) InstallTerminateHandler g_install_terminate_
 int finish(const std::string& command, int code) {
   std::string why;
   // A command that failed has said why (often that very write): one sentence, not two.
-  if (!gpumem::cli::stdout_failed(why) || code != gpumem::cli::kExitOk) return code;
+  if (!gpumem::cli::stdout_failed(why) || code == gpumem::cli::kExitFailure) return code;
   std::fprintf(stderr, "gpumem%s%s: %s\n", command.empty() ? "" : " ", command.c_str(), why.c_str());
   return gpumem::cli::kExitFailure;
 }

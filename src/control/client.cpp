@@ -176,6 +176,10 @@ nlohmann::json call_op(int pid, Request r, std::chrono::milliseconds timeout) {
 std::int64_t int_field(const nlohmann::json& j, const char* key) {
   if (!j.contains(key) || !j[key].is_number()) return 0;
   if (j[key].is_number_unsigned()) return std::int64_t(std::min<std::uint64_t>(j[key].get<std::uint64_t>(), INT64_MAX));
+  if (j[key].is_number_float()) {  // converting 1e300 to an integer is undefined: out of range reads as absent
+    const double v = j[key].get<double>();
+    return v >= -9.2e18 && v <= 9.2e18 ? std::int64_t(v) : 0;
+  }
   return j[key].get<std::int64_t>();
 }
 std::string string_field(const nlohmann::json& j, const char* key) {

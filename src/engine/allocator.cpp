@@ -67,7 +67,7 @@ void* Allocator::allocate_after_releasing_cache(std::size_t bytes, StreamId stre
       failure = e.what();
     }
   }
-  {
+  if (!d.privates.capturing()) {  // as release_cached_everywhere: no driver release during a capture
     // A failed growth may have made pages it then could not use (the large part of a request made, its
     // rest refused): they go back now, so a caught out-of-memory leaves reserved where it was.
     std::lock_guard lock(d.physical.mutex());

@@ -63,7 +63,8 @@ InfoReport collect_info(const nvml::Nvml& nvml, const std::vector<GpuRef>& gpus)
     }
     r.gpus.push_back(g);
   }
-  // CUDA numbers every GPU, selected or not: `info -i 1` must still say which cuda:N GPU 1 is.
+  // CUDA numbers every GPU, selected or not: `info -i 1` must still say which cuda:N GPU 1 is. So info
+  // reads every GPU's identity (a handle each), whatever -i selects.
   for (const GpuRef& ref : select_gpus(nvml, "")) {
     if (!ref.device) continue;
     auto name = nvml.name(ref.device);

@@ -11,15 +11,28 @@ namespace gpumem::monitor {
 namespace {
 std::atomic<int> g_stop_signal{0};
 constexpr unsigned kStopGraceSeconds = 3;
+void (*g_before_forced_exit)() noexcept = nullptr;
 int exit_code_for(int sig) { return sig == SIGINT ? 130 : 128 + sig; }
 // A loop that never gets back to its check (an NVML call blocked on a hung GPU) still ends: after a
 // grace period, or at once on a second signal. Both only call async-signal-safe functions.
-extern "C" void on_grace_over(int) { _exit(exit_code_for(g_stop_signal.load())); }
+[[noreturn]] void forced_exit(int sig) {
+  if (g_before_forced_exit) g_before_forced_exit();
+  _exit(exit_code_for(sig));
+}
+extern "C" void on_grace_over(int) { forced_exit(g_stop_signal.load()); }
 extern "C" void on_stop(int sig) {
-  if (g_stop_signal.exchange(sig) != 0) _exit(exit_code_for(sig));
+  if (g_stop_signal.exchange(sig) != 0) forced_exit(sig);
   alarm(kStopGraceSeconds);
 }
 }  // namespace
+
+void before_forced_exit(void (*restore)() noexcept) noexcept { g_before_forced_exit = restore; }
+
+void stop_handled() noexcept {
+  alarm(0);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+}
 
 void install_stop_handlers() {
   struct sigaction sa {};
@@ -48,6 +61,7 @@ bool Ticker::wait() {
     if (rc == 0) break;
     if (rc != EINTR) break;
   }
+  if (stop_requested()) stop_handled();  // the loop ends now, by itself
   return !stop_requested();
 }
 

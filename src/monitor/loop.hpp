@@ -9,6 +9,11 @@
 namespace gpumem::monitor {
 
 void install_stop_handlers();
+// An async-signal-safe function to run before a forced exit (top: give the terminal back).
+void before_forced_exit(void (*restore)() noexcept) noexcept;
+// The program saw the stop and is ending by itself: no forced exit any more, and a further signal acts
+// as it would without these handlers. Ticker::wait() calls it when it returns false.
+void stop_handled() noexcept;
 bool stop_requested() noexcept;
 int stop_signal() noexcept;  // the signal that stopped us, 0 if none
 

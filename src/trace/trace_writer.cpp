@@ -1,11 +1,11 @@
 #include "gpumem/trace_writer.hpp"
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -91,14 +91,20 @@ std::string with_pid(const std::string& path) {
 }
 
 // Opens `path` for writing and locks it for this process; -1 with errno when it cannot be opened, -2
-// when another process holds it. Non-blocking: a FIFO without a reader fails instead of hanging.
+// when another process holds it. Non-blocking: a FIFO without a reader fails instead of hanging. A POSIX
+// record lock, not flock(): a forked child (a DataLoader worker) does not inherit it, so it never keeps
+// the file from its parent's next trace. Where the file system has no locks (some network and FUSE
+// mounts), the file is written unlocked, as before.
 int open_locked(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0666);
   if (fd < 0) return -1;
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return fd;  // a device (/dev/null) or pipe: as it is
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  struct flock whole {};
+  whole.l_type = F_WRLCK;
+  whole.l_whence = SEEK_SET;  // l_start = l_len = 0: the whole file
+  if (fcntl(fd, F_SETLK, &whole) != 0 && (errno == EACCES || errno == EAGAIN)) {
     ::close(fd);
     return -2;
   }
@@ -119,6 +125,8 @@ TraceWriter::TraceWriter(const std::string& path, const std::string& source, con
     fd = open_locked(path_);
   }
   if (fd < 0) throw TraceError(path_, 0, std::string("cannot create the trace file: ") + (fd == -2 ? "another process writes it" : std::strerror(errno)));
+  struct stat st {};
+  if (fstat(fd, &st) == 0) file_id_ = {std::uint64_t(st.st_dev), std::uint64_t(st.st_ino)};
   // "wbT" writes plain text through the same calls; gzip level 6 otherwise.
   file_ = gzdopen(fd, ends_with(path_, ".gz") ? "wb6" : "wbT");
   if (!file_) {
@@ -126,6 +134,11 @@ TraceWriter::TraceWriter(const std::string& path, const std::string& source, con
     throw TraceError(path_, 0, "cannot create the trace file: out of memory");
   }
   pending_.reserve(kBufferBytes + 256);
+}
+
+bool TraceWriter::writes(const std::string& path) const {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && file_id_ == std::pair{std::uint64_t(st.st_dev), std::uint64_t(st.st_ino)};
 }
 
 void TraceWriter::put_header() {

@@ -30,9 +30,13 @@ bool g_have_termios = false;
 char g_restore_seq[128];
 size_t g_restore_len = 0;
 
-extern "C" void on_crash(int sig) {
+void restore_terminal() noexcept {
   if (g_have_termios) tcsetattr(STDIN_FILENO, TCSANOW, &g_saved_termios);
   if (g_restore_len) (void)!write(STDOUT_FILENO, g_restore_seq, g_restore_len);
+}
+
+extern "C" void on_crash(int sig) {
+  restore_terminal();
   signal(sig, SIG_DFL);
   raise(sig);
 }
@@ -61,6 +65,7 @@ void prepare_crash_restore() {
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_ONSTACK;
   for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGFPE}) sigaction(sig, &sa, nullptr);
+  monitor::before_forced_exit(restore_terminal);  // a second Ctrl-C, or a sample stuck in NVML
 }
 
 struct CursesSession {
@@ -219,7 +224,7 @@ int run_top(const TopOptions& o) {
   auto busy = [&] { return running.valid() && running.wait_for(std::chrono::seconds(0)) != std::future_status::ready; };
   static constexpr const char* kBusy = "the previous action is still running; try again when it has answered";
 
-  bool quit = false;
+  bool quit = false, quit_asked = false;
   while (!quit && !monitor::stop_requested()) {
     if (running.valid() && running.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
       overlay.message = one_line(running.get());
@@ -271,7 +276,15 @@ int run_top(const TopOptions& o) {
     }
     overlay.message.clear();
     switch (ch) {
-      case 'q': case 'Q': quit = true; break;
+      case 'q': case 'Q':
+        // Leaving ends an action underway (a kill's SIGKILL after 5 s would never be sent): say so once.
+        if (busy() && !quit_asked) {
+          overlay.message = "an action is still running: q again to quit without waiting for it";
+          quit_asked = true;
+        } else {
+          quit = true;
+        }
+        break;
       case 'h': case '?': overlay.help = true; break;
       case KEY_UP: --view.cursor; break;
       case KEY_DOWN: ++view.cursor; break;
@@ -365,6 +378,7 @@ int run_top(const TopOptions& o) {
   // A sample still stuck in NVML after the grace period: leak the collector rather than wait for ever
   // (its thread ends once the driver answers; it never samples again).
   if (!collector->stop_within(std::chrono::milliseconds(1000))) collector.release();
+  monitor::stop_handled();
   return quit ? 0 : 130;
 }
 

@@ -72,28 +72,51 @@ TEST(TraceWriter, AFullDiskIsOneClearError) {
 }
 
 // Every process of a job inherits GPUMEM_TRACE: a second writer of one file interleaved lines into a trace
-// nobody could read. It writes beside it, its pid in the name, and both files read back whole.
-TEST(TraceWriter, ASecondWriterOfOneFileWritesBesideIt) {
-  const std::string pid = std::to_string(getpid());
+// nobody could read. Another process writes beside it, its pid in the name, and both files read back whole;
+// a forked child does not inherit the lock (a DataLoader worker must not keep the parent's next trace out).
+TEST(TraceWriter, AnotherProcessWritingTheFileWritesBesideIt) {
   const std::string path = temp_path(".shared.jsonl.gz");
-  const std::string beside = "/tmp/gpumem-trace-writer-test-" + pid + "." + pid + ".shared.jsonl.gz";
-  {
-    TraceWriter first(path, "test", "");
-    TraceWriter second(path, "test", "");
-    EXPECT_FALSE(first.redirected());
-    EXPECT_TRUE(second.redirected());
-    EXPECT_EQ(second.path(), beside);
-    for (std::uint64_t i = 0; i < 20000; ++i) {
-      write_block(first, i);
-      write_block(second, i);
+  TraceWriter first(path, "test", "");
+  for (std::uint64_t i = 0; i < 20000; ++i) write_block(first, i);
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // a second process of the job, as a fresh one would start (exit codes say what it saw)
+    close(fds[0]);
+    int code = 0;
+    try {
+      TraceWriter second(path, "test", "");
+      const std::string beside = second.path() + "\n";
+      (void)!write(fds[1], beside.data(), beside.size());
+      code = second.redirected() ? 0 : 1;
+      for (std::uint64_t i = 0; i < 20000; ++i) write_block(second, i);
+      second.close();
+    } catch (const std::exception&) {
+      code = 2;
     }
-    first.close();
-    second.close();
+    _exit(code);
   }
+  close(fds[1]);
+  char buf[512] = {};
+  const ssize_t n = read(fds[0], buf, sizeof buf - 1);
+  close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the second process did not write beside the first";
+  const std::string beside(buf, n > 0 ? std::size_t(n) - 1 : 0);
+  EXPECT_EQ(beside, "/tmp/gpumem-trace-writer-test-" + std::to_string(getpid()) + "." + std::to_string(child) +
+                        ".shared.jsonl.gz");
+  first.close();
   EXPECT_EQ(read_trace(path).events.size(), 3u * 20000);
   EXPECT_EQ(read_trace(beside).events.size(), 3u * 20000);
-  std::remove(path.c_str());
   std::remove(beside.c_str());
+  // Closed here: the file is free again, whatever a child of ours still holds open.
+  TraceWriter again(path, "test", "");
+  EXPECT_FALSE(again.redirected());
+  again.close();
+  std::remove(path.c_str());
 }
 
 TEST(TraceWriter, AForkedChildLeavesItsParentsFileAlone) {

@@ -219,6 +219,25 @@ TEST(TopTmux, CrashSignalRestoresTheTerminal) {
   EXPECT_EQ(t.capture().find("-echo"), std::string::npos) << t.capture();
 }
 
+// A second Ctrl-C ends top at once (a sample stuck in NVML would keep it otherwise): the terminal too is
+// given back, not only on the first one's clean way out.
+TEST(TopTmux, ASecondCtrlCEndsItAndRestoresTheTerminal) {
+  std::string hang = write_scenario("ctrlcflag", "");
+  unlink(hang.c_str());
+  Fixture f("topctrlc", 1, "gpu name=\"Stuck GPU\" hang_file=" + hang + "\n");
+  TmuxSession t("ctrlc", 100, 30, f.command("-d 0.2"));
+  ASSERT_TRUE(t.wait_for("Stuck GPU")) << t.capture();
+  std::ofstream(hang) << "hang";
+  ASSERT_TRUE(t.wait_for("NVML NOT ANSWERING", 4000)) << t.capture();
+  kill(f.top_pid(), SIGINT);  // top now waits up to a second for its stuck sampler
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  kill(f.top_pid(), SIGINT);  // ... unless a second one comes
+  EXPECT_EQ(t.wait_exit(), 130) << t.capture();
+  EXPECT_TRUE(t.terminal_restored());
+  EXPECT_EQ(t.settled("EXIT=").find("-icanon"), std::string::npos) << t.capture();
+  unlink(hang.c_str());
+}
+
 // A driver reporting 2^63 bytes for a process made the memory column recurse until the stack ran out.
 TEST(TopTmux, AbsurdMemoryReadingsShowWithoutACrash) {
   Fixture f("tophuge", 1, "proc gpu=0 pid=" + std::to_string(getpid()) + " used_mib=8796093022208\n");
