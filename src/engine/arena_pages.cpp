@@ -64,6 +64,12 @@ void Arena::gather(std::size_t need, std::size_t room, Keep keep, std::vector<Pi
 }
 
 void Arena::create_for(std::size_t want, std::size_t room, std::vector<Piece>& out, DevicePtr at) {
+  // More than the whole device beside what is held here cannot be made: refused before any page is (made
+  // one by one until the driver refused, a 32 TiB request took half an H100 and gave it back).
+  if (want > device_total() - std::min(device_total(), physical_.reserved()))
+    throw OutOfMemoryError("the device has " + format_bytes(device_total()) + " in all, " +
+                           format_bytes(physical_.reserved()) + " of it reserved here; " + format_bytes(want) +
+                           " more cannot fit");
   std::size_t chunk = std::max(want, std::min(chunk_quantum(), room));
   if (physical_.would_exceed_limit(chunk)) chunk = want;
   try {

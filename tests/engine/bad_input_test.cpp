@@ -223,6 +223,8 @@ TEST(BadInput, AFailedRequestLeavesReservedWhereItWas) {
   for (std::size_t bytes : {std::size_t(1) << 40, (std::size_t(4) << 30) + 1, std::size_t(5) << 30}) {
     EXPECT_THROW(alloc.allocate(bytes), OutOfMemoryError) << bytes;
     EXPECT_LE(alloc.stats().reserved_bytes[kAggregatePool].current, before) << bytes;
+    // Not even for a moment: more than the device holds is refused before any page is made.
+    EXPECT_LE(alloc.stats().reserved_bytes[kAggregatePool].peak, 2 * kMiB) << bytes;
     EXPECT_NO_THROW(alloc.check_invariants());
   }
   void* q = alloc.allocate(std::size_t(3) << 30);  // the device is whole for the next request
