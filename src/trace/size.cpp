@@ -80,14 +80,20 @@ std::uint64_t parse_size(std::string_view text) {
 
 namespace gpumem {
 
+namespace {
+// A limit of `bytes` (not 0) must lie between one page and 1 EiB; `no_limit` says how to write none.
+void check_limit_bytes(std::uint64_t bytes, std::string_view text, const char* no_limit) {
+  if (bytes < kMinLimitBytes)
+    throw std::invalid_argument("a limit of " + std::to_string(bytes) + " bytes is below one page (2 MiB); " + no_limit);
+  if (bytes > kMaxLimitBytes)
+    throw std::invalid_argument("a limit of " + std::string(text) + " is above 1 EiB, more than any device; " + no_limit);
+}
+}  // namespace
+
 std::uint64_t parse_limit(std::string_view text) {
   if (text == "none") return 0;
   const std::uint64_t bytes = parse_size(text);
-  if (bytes < kMinLimitBytes)
-    throw std::invalid_argument("a limit of " + std::to_string(bytes) +
-                                " bytes is below one page (2 MiB); write 'none' for no limit");
-  if (bytes > kMaxLimitBytes)
-    throw std::invalid_argument("a limit of " + std::string(text) + " is above 1 EiB, more than any device; write 'none' for no limit");
+  check_limit_bytes(bytes, text, "write 'none' for no limit");
   return bytes;
 }
 
@@ -118,9 +124,7 @@ LimitAmount parse_limit_amount(std::string_view text) {
     return a;
   }
   a.bytes = parse_size(text);
-  if (a.bytes != 0 && a.bytes < kMinLimitBytes)
-    throw std::invalid_argument("a limit of " + std::to_string(a.bytes) + " bytes is below one page (2 MiB); 0 removes the limit");
-  if (a.bytes > kMaxLimitBytes) throw std::invalid_argument("a limit of " + std::string(text) + " is above 1 EiB, more than any device");
+  if (a.bytes != 0) check_limit_bytes(a.bytes, text, "0 removes the limit");
   return a;
 }
 

@@ -95,11 +95,12 @@ std::string with_pid(const std::string& path) {
 // record lock, not flock(): a forked child (a DataLoader worker) does not inherit it, so it never keeps
 // the file from its parent's next trace. Where the file system has no locks (some network and FUSE
 // mounts), the file is written unlocked, as before.
-int open_locked(const std::string& path) {
+// `st`: the file's identity once opened.
+int open_locked(const std::string& path, struct stat& st) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0666);
   if (fd < 0) return -1;
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  struct stat st {};
+  st = {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return fd;  // a device (/dev/null) or pipe: as it is
   struct flock whole {};
   whole.l_type = F_WRLCK;
@@ -118,15 +119,15 @@ TraceWriter::TraceWriter(const std::string& path, const std::string& source, con
   // Every process of a job inherits GPUMEM_TRACE (torchrun's ranks): two writing one file interleave
   // into a trace nobody can read, so a file another process writes is left to it and this one writes
   // beside it, with its pid in the name.
-  int fd = open_locked(path_);
+  struct stat st {};
+  int fd = open_locked(path_, st);
   if (fd == -2) {
     path_ = with_pid(path);
     redirected_ = true;
-    fd = open_locked(path_);
+    fd = open_locked(path_, st);
   }
   if (fd < 0) throw TraceError(path_, 0, std::string("cannot create the trace file: ") + (fd == -2 ? "another process writes it" : std::strerror(errno)));
-  struct stat st {};
-  if (fstat(fd, &st) == 0) file_id_ = {std::uint64_t(st.st_dev), std::uint64_t(st.st_ino)};
+  file_id_ = {std::uint64_t(st.st_dev), std::uint64_t(st.st_ino)};
   // "wbT" writes plain text through the same calls; gzip level 6 otherwise.
   file_ = gzdopen(fd, ends_with(path_, ".gz") ? "wb6" : "wbT");
   if (!file_) {

@@ -189,14 +189,33 @@ TEST(TopTmux, ReadonlyRefusesActions) {
   EXPECT_EQ(t.wait_exit(), 0);
 }
 
+// top over one healthy GPU and one whose NVML calls block while the flag file exists (named `name`).
+struct StuckGpuTop {
+  std::string flag;
+  Fixture f;
+  TmuxSession t;
+  explicit StuckGpuTop(const std::string& name)
+      : flag(unlinked(write_scenario(name + "flag", ""))),
+        f("top" + name, 1, "gpu name=\"Stuck GPU\" hang_file=" + flag + "\n"),
+        t(name, 100, 30, f.command("-d 0.2")) {}
+  ~StuckGpuTop() { unlink(flag.c_str()); }
+  // Makes the GPU stop answering; true once top shows it.
+  bool stick() {
+    if (!t.wait_for("Stuck GPU")) return false;
+    std::ofstream(flag) << "hang";
+    return t.wait_for("NVML NOT ANSWERING", 4000);
+  }
+  static std::string unlinked(const std::string& path) {
+    unlink(path.c_str());
+    return path;
+  }
+};
+
 TEST(TopTmux, GpuThatStopsAnsweringKeepsTheScreenLive) {
-  std::string hang = write_scenario("hangflag", "");
-  unlink(hang.c_str());
-  Fixture f("tophang", 1, "gpu name=\"Stuck GPU\" hang_file=" + hang + "\n");
-  TmuxSession t("hang", 100, 30, f.command("-d 0.2"));
-  ASSERT_TRUE(t.wait_for("Stuck GPU")) << t.capture();
-  std::ofstream(hang) << "hang";
-  ASSERT_TRUE(t.wait_for("NVML NOT ANSWERING", 4000)) << t.capture();
+  StuckGpuTop top("hang");
+  TmuxSession& t = top.t;
+  const std::string& hang = top.flag;
+  ASSERT_TRUE(top.stick()) << t.capture();
   t.keys("h");  // keys still work while the sampler waits on the driver
   EXPECT_TRUE(t.wait_for("gpumem top keys", 2000)) << t.capture();
   t.keys("x");
@@ -222,20 +241,15 @@ TEST(TopTmux, CrashSignalRestoresTheTerminal) {
 // A second Ctrl-C ends top at once (a sample stuck in NVML would keep it otherwise): the terminal too is
 // given back, not only on the first one's clean way out.
 TEST(TopTmux, ASecondCtrlCEndsItAndRestoresTheTerminal) {
-  std::string hang = write_scenario("ctrlcflag", "");
-  unlink(hang.c_str());
-  Fixture f("topctrlc", 1, "gpu name=\"Stuck GPU\" hang_file=" + hang + "\n");
-  TmuxSession t("ctrlc", 100, 30, f.command("-d 0.2"));
-  ASSERT_TRUE(t.wait_for("Stuck GPU")) << t.capture();
-  std::ofstream(hang) << "hang";
-  ASSERT_TRUE(t.wait_for("NVML NOT ANSWERING", 4000)) << t.capture();
-  kill(f.top_pid(), SIGINT);  // top now waits up to a second for its stuck sampler
+  StuckGpuTop top("ctrlc");
+  TmuxSession& t = top.t;
+  ASSERT_TRUE(top.stick()) << t.capture();
+  kill(top.f.top_pid(), SIGINT);  // top now waits up to a second for its stuck sampler
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  kill(f.top_pid(), SIGINT);  // ... unless a second one comes
+  kill(top.f.top_pid(), SIGINT);  // ... unless a second one comes
   EXPECT_EQ(t.wait_exit(), 130) << t.capture();
   EXPECT_TRUE(t.terminal_restored());
   EXPECT_EQ(t.settled("EXIT=").find("-icanon"), std::string::npos) << t.capture();
-  unlink(hang.c_str());
 }
 
 // A driver reporting 2^63 bytes for a process made the memory column recurse until the stack ran out.
