@@ -54,6 +54,9 @@ struct AllocatorSnapshot {
   std::size_t limit = 0;  // 0: none
   std::size_t reserved = 0;
   std::size_t free_physical = 0;  // reserved bytes mapped nowhere (stitchable)
+  // Reserved bytes given back in part of a page whose other part is still mapped (a page once mapped at
+  // two addresses): usable again once the rest of their page comes back.
+  std::size_t part_page_physical = 0;
   DeviceStats stats;
   std::vector<SnapshotRegion> regions;
   std::vector<SnapshotMapping> mappings;

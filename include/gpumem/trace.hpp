@@ -60,7 +60,8 @@ struct TraceSummary {
   std::uint64_t live_at_end = 0;         // requested bytes never freed while recorded
   std::size_t peak_live_blocks = 0;      // slots used: the most blocks allocated and not yet reusable
   // The recording allocator's own device traffic (segment_* events): reserved bytes peak,
-  // segment_alloc + segment_map count. Only meaningful when segment_events > 0.
+  // segment_alloc + segment_map count. Only meaningful when segment_events > 0. Segments given back that
+  // the trace never showed made (recording began after them) count as reserved from its start.
   std::uint64_t recorded_peak_reserved = 0;
   std::size_t recorded_segment_allocs = 0;
 };

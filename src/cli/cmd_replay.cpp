@@ -1,12 +1,15 @@
 // gpumem replay TRACE [--capacity SIZE] [--limit SIZE] [--json] [--min-capacity | --min-limit | --peak-breakdown]: thin CLI over gpumem/replay.hpp.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <new>
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cli/command.hpp"
 #include "cli/exit_codes.hpp"
@@ -101,10 +104,10 @@ void print_table(const TraceInfo& t, const ReplayResult& r) {
               r.capacity == trace::kDefaultReplayCapacity ? " (default: effectively unbounded)" : "",
               format_bytes(r.page).c_str(), r.limit ? (", gpumem's limit " + format_bytes(r.limit)).c_str() : "");
   const bool pt = s.segment_events > 0;
+  // Two columns: gpumem's figures, and PyTorch's beside those it has (the column as wide as the widest).
+  std::vector<std::pair<std::string, std::pair<std::string, std::string>>> rows;
   auto row = [&](const std::string& what, const std::string& ours, const std::string& theirs) {
-    std::string line = fmt::format("  {:<22} {:<46} {}", what, ours, pt ? theirs : "");
-    while (line.back() == ' ') line.pop_back();
-    std::printf("%s\n", line.c_str());
+    rows.push_back({what, {ours, pt ? theirs : ""}});
   };
   row("", "gpumem", "PyTorch (recorded)");
   row("peak live requested", bytes(r.peak_requested), "the physical limit");
@@ -114,14 +117,14 @@ void print_table(const TraceInfo& t, const ReplayResult& r) {
   row("device calls", fmt::format("{} ({} creates, {} maps, {} unmaps)", grouped(r.calls.device_calls()),
                                   grouped(r.calls.creates), grouped(r.calls.maps), grouped(r.calls.unmaps)),
       fmt::format("{} segment allocations", s.recorded_segment_allocs));
-  row("driver calls", fmt::format("{} ({} page creates, {} page maps, {} access-settings)", grouped(r.calls.driver_calls()),
-                                  grouped(r.calls.driver_creates), grouped(r.calls.driver_maps),
-                                  grouped(r.calls.access_sets)),
-      "as CUDA would make them");
+  row("driver calls", fmt::format("{} ({} page creates, {} page maps, {} access-settings) as CUDA would make them",
+                                  grouped(r.calls.driver_calls()), grouped(r.calls.driver_creates),
+                                  grouped(r.calls.driver_maps), grouped(r.calls.access_sets)),
+      "");
   if (r.calls.ahead_pages)
-    row("made ahead", fmt::format("{} pages, {} unmapped again unused", grouped(r.calls.ahead_pages),
-                                  grouped(r.calls.ahead_unused)),
-        "on the CUDA backend's own thread");
+    row("made ahead", fmt::format("{} pages, {} unmapped again unused, on the CUDA backend's own thread",
+                                  grouped(r.calls.ahead_pages), grouped(r.calls.ahead_unused)),
+        "");
   if (r.calls.ahead_pages)
     row("peak device use", fmt::format("{} ({:.4f} of peak live): reserved plus pages made ahead", bytes(r.peak_device),
                                        r.peak_requested ? double(r.peak_device) / double(r.peak_requested) : 0.0),
@@ -131,6 +134,14 @@ void print_table(const TraceInfo& t, const ReplayResult& r) {
   row("replay", fmt::format("{}, {:.0f} ns/event ({:.1f} M events/s)", milliseconds(r.seconds), r.ns_per_event(),
                             r.seconds > 0 ? double(r.events) / r.seconds / 1e6 : 0.0),
       "");
+  std::size_t width = 46;
+  for (const auto& [what, cells] : rows)
+    if (!cells.second.empty()) width = std::max(width, cells.first.size() + 1);
+  for (const auto& [what, cells] : rows) {
+    std::string line = fmt::format("  {:<22} {:<{}} {}", what, cells.first, width, cells.second);
+    while (line.back() == ' ') line.pop_back();
+    std::printf("%s\n", line.c_str());
+  }
   if (r.invalid_frees) std::printf("  warning: the allocator reported %zu invalid frees (an engine bug)\n", r.invalid_frees);
 }
 
@@ -210,6 +221,7 @@ nlohmann::json breakdown_json(std::size_t event, const report::ExcessBreakdown& 
           {"small_pool", pool_json(b.small)},
           {"large_pool", pool_json(b.large)},
           {"mapped_nowhere", b.mapped_nowhere},
+          {"parted_pages", b.parted_pages},
           {"waiting_on_streams", b.waiting_on_streams},
           {"plain_free", b.plain_free},
           {"streams", b.streams}};
@@ -226,6 +238,7 @@ void print_breakdown(std::size_t event, const report::ExcessBreakdown& b) {
   row("free in part-used pages", pools(b.large.part_page_free, b.large.part_pages, b.small.part_page_free, b.small.part_pages));
   row("whole free pages", pools(b.large.whole_page_free, b.large.whole_pages, b.small.whole_page_free, b.small.whole_pages));
   if (b.mapped_nowhere) row("pages mapped nowhere", bytes(b.mapped_nowhere));
+  if (b.parted_pages) row("parts of pages", bytes(b.parted_pages) + " given back while the rest of their page is mapped");
   if (b.waiting_on_streams) row("waiting on streams", bytes(b.waiting_on_streams));
   if (b.plain_free) row("free in plain segments", bytes(b.plain_free));
   row("stream pools", grouped(b.streams));
@@ -291,19 +304,21 @@ int run_replay(const ReplayArgs& args) {
     std::fprintf(stderr, "gpumem replay: --capacity must be at most 1 PiB\n");
     return kExitUsage;
   }
+  if (args.limit_option->count() && (limit < granule || limit > capacity)) {
+    std::fprintf(stderr, "gpumem replay: --limit must be at least one granule (%s) and at most the capacity (%s)\n",
+                 format_bytes(granule).c_str(), format_bytes(capacity).c_str());
+    return kExitUsage;
+  }
   // Whole granules, as a device hands memory out (and as --min-capacity probes it): the large page is
-  // only the size gpumem grows in, and rounding to it would replay a smaller device than asked for.
+  // only the size gpumem grows in, and rounding to it would replay a smaller device than asked for. A
+  // limit as large as the capacity given stays no larger than the device.
   capacity = capacity / granule * granule;
   if (capacity < granule) {
     std::fprintf(stderr, "gpumem replay: --capacity must be at least one granule of the sim device (%s)\n",
                  format_bytes(granule).c_str());
     return kExitUsage;
   }
-  if (args.limit_option->count() && (limit < granule || limit > capacity)) {
-    std::fprintf(stderr, "gpumem replay: --limit must be at least one granule (%s) and at most the capacity (%s)\n",
-                 format_bytes(granule).c_str(), format_bytes(capacity).c_str());
-    return kExitUsage;
-  }
+  limit = std::min(limit, capacity);
   TraceInfo t;
   try {
     return args.min_capacity || args.min_limit ? find_min_capacity(args, t, page) : replay_once(args, t, capacity, page, limit);

@@ -345,6 +345,7 @@ AllocatorSnapshot Allocator::snapshot() const {
   snap.limit = d.physical.limit();
   snap.reserved = d.physical.reserved();
   snap.free_physical = d.physical.free_piece_bytes();
+  snap.part_page_physical = d.physical.part_page_bytes();
   snap.stats = d.collect_stats(true, n);
   for (std::size_t i = 0; i < n; ++i) engine::describe_pool(*d.pool_at(i), snap);
   engine::sort_snapshot(snap);

@@ -17,6 +17,7 @@ ExcessBreakdown explain_excess(const AllocatorSnapshot& s) {
   out.reserved = s.reserved;
   out.allocated = s.allocated_bytes();
   out.mapped_nowhere = s.free_physical;
+  out.parted_pages = s.part_page_physical;
   std::map<DevicePtr, Page> pages;  // by address: each mapping is one page (or a run of them, counted as one)
   for (const SnapshotMapping& m : s.mappings) pages[m.va].bytes = m.bytes;
   std::set<StreamId> streams;

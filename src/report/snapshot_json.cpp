@@ -13,7 +13,8 @@ void write_snapshot_json(const std::vector<AllocatorSnapshot>& devices, std::ost
     nlohmann::json head = {{"device", s.device},       {"backend", s.backend},
                            {"granularity", s.granularity}, {"limit", s.limit},
                            {"reserved", s.reserved},   {"allocated", s.allocated_bytes()},
-                           {"free_physical", s.free_physical}, {"stats", s.stats.as_map()}};
+                           {"free_physical", s.free_physical},
+                           {"part_page_physical", s.part_page_physical}, {"stats", s.stats.as_map()}};
     std::string h = head.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     h.pop_back();  // reopen the object for the streamed arrays
     out << (d ? "," : "") << h << ",\"regions\":[";

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "gpumem/printable.hpp"
 #include "gpumem/trace.hpp"
 #include "trace/byte_source.hpp"
 #include "trace/event_parser.hpp"
@@ -164,7 +165,11 @@ struct TraceReader::Impl {
   }
 
   void header(std::string_view text) {
-    const auto json = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+    auto json = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+    if (json.is_discarded()) {  // text that is not UTF-8 (a source named in another encoding) is only shown
+      const std::string utf8 = valid_utf8(text);
+      json = nlohmann::json::parse(utf8, nullptr, /*allow_exceptions=*/false);
+    }
     const bool object = !json.is_discarded() && json.is_object();
     if (!object || !json.contains("format") || json["format"] != "gpumem-trace")
       fail("not a gpumem-trace file (line 1 must be a header like {\"format\": \"gpumem-trace\", \"version\": 1})");

@@ -1,12 +1,15 @@
 #include "trace/trace_validate.hpp"
 
 #include <cinttypes>
+#include <algorithm>
 #include <cstdio>
 
 namespace gpumem::trace {
 namespace {
 
 constexpr std::size_t kRememberedFrees = std::size_t(1) << 16;
+// No device comes near it (the engine refuses larger requests): a larger size is a corrupt field.
+constexpr std::uint64_t kMaxAllocation = std::uint64_t(1) << 50;
 
 std::string hex(std::uint64_t addr) {
   char buf[24];
@@ -45,6 +48,8 @@ void TraceValidator::add(Event& e) {
   switch (e.op) {
     case Op::alloc: {
       if (s_.allocs >= UINT32_MAX) fail(e, "the trace has more than 2^32 allocations");
+      if (e.size > kMaxAllocation)
+        fail(e, "alloc of " + std::to_string(e.size) + " bytes, more than 1 PiB: no device holds that (a corrupt size?)");
       const auto [it, inserted] = live_.try_emplace(e.addr, LiveBlock{0, e.line, 0, e.size});
       if (!inserted) {
         const LiveBlock& b = it->second;
@@ -118,9 +123,12 @@ void TraceValidator::add(Event& e) {
       ++s_.segment_events;
       if (e.size > INT64_MAX || __builtin_sub_overflow(reserved_, std::int64_t(e.size), &reserved_))
         fail(e, "the segment bytes overflow 63 bits");
+      // A trace that gives back more than its segment events reserved began after segments were made
+      // (recording started late): they were reserved from the start (see recorded_peak_reserved).
+      reserved_low_ = std::min(reserved_low_, reserved_);
       break;
   }
-  s_.recorded_peak_reserved = std::uint64_t(reserved_peak_);
+  s_.recorded_peak_reserved = std::uint64_t(reserved_peak_) + (0 - std::uint64_t(reserved_low_));
   s_.live_at_end = requested_;
 }
 

@@ -37,7 +37,9 @@ class TraceValidator {
   // at most kRememberedFrees each), so that memory stays bounded on a trace of any length.
   std::unordered_map<std::uint64_t, std::uint32_t> freed_now_, freed_before_;
   std::uint64_t requested_ = 0;
-  std::int64_t reserved_ = 0, reserved_peak_ = 0;
+  // The segment events' running sum, its highest and lowest values (segments made before the trace began
+  // show as a sum below zero).
+  std::int64_t reserved_ = 0, reserved_peak_ = 0, reserved_low_ = 0;
   std::uint64_t last_t_ = 0;
   std::uint32_t last_line_ = 0;
 };

@@ -131,6 +131,43 @@ TEST_F(ReplayCli, PeakBreakdownSaysWhereTheExcessSits) {
   EXPECT_EQ(gpumem({path, "--peak-breakdown", "--min-capacity"}).status, 2);  // one question at a time
 }
 
+// On a device this trace just fits, a page mapped at two addresses is given back at one while its rest is
+// still used at the other: those bytes are reserved but neither free nor mapped nowhere. Every byte of the
+// excess is named somewhere (3.6 MiB were not).
+TEST_F(ReplayCli, PeakBreakdownNamesEveryExcessByteOnATightDevice) {
+  const std::string path = GPUMEM_SOURCE_DIR "/data/multistream_serve.jsonl.gz";
+  const Outcome j = gpumem({path, "--peak-breakdown", "--json", "--capacity", "1201668096"});
+  ASSERT_EQ(j.status, 0) << j.err;
+  const auto b = nlohmann::json::parse(j.out)["peak_breakdown"];
+  std::uint64_t named = b["mapped_nowhere"].get<std::uint64_t>() + b["parted_pages"].get<std::uint64_t>() +
+                        b["waiting_on_streams"].get<std::uint64_t>() + b["plain_free"].get<std::uint64_t>();
+  for (const char* pool : {"small_pool", "large_pool"})
+    named += b[pool]["part_page_free"].get<std::uint64_t>() + b[pool]["whole_page_free"].get<std::uint64_t>();
+  EXPECT_EQ(named, b["excess"].get<std::uint64_t>()) << b.dump();
+  EXPECT_GT(b["parted_pages"].get<std::uint64_t>(), 0u) << b.dump();
+}
+
+// PyTorch's column stays one column however wide gpumem's figures get (a long multi-stream trace's
+// device calls ran into it).
+TEST_F(ReplayCli, PyTorchColumnStaysAligned) {
+  const Outcome r = gpumem({GPUMEM_SOURCE_DIR "/data/multistream_serve.jsonl.gz"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::size_t column = std::string::npos, rows = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("PyTorch (recorded)") != std::string::npos) column = line.find("PyTorch (recorded)");
+    for (const char* theirs : {"segment allocations", "the physical limit"}) {
+      const std::size_t at = line.find(theirs);
+      if (at == std::string::npos) continue;
+      ++rows;
+      const std::size_t start = line.rfind("  ", at);
+      ASSERT_NE(start, std::string::npos) << line;
+      EXPECT_EQ(line.find_first_not_of(' ', start), column) << "misaligned:\n" << r.out;
+    }
+  }
+  EXPECT_EQ(rows, 2u) << r.out;
+}
+
 TEST_F(ReplayCli, CapacityOomReportsTheEventAndExitsThree) {
   // 8 MiB live, then 6 MiB more on a 12 MiB device: event 2 (line 4) cannot be served.
   const std::string path = write("oom.jsonl", trace_text({{"alloc", 1, 8 * MiB}, {"alloc", 2, 2 * MiB}, {"alloc", 3, 6 * MiB}}));

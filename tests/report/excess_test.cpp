@@ -15,7 +15,7 @@ constexpr std::size_t kMiB = std::size_t(1) << 20;
 
 std::size_t accounted(const ExcessBreakdown& b) {
   return b.small.part_page_free + b.small.whole_page_free + b.large.part_page_free + b.large.whole_page_free +
-         b.mapped_nowhere + b.waiting_on_streams + b.plain_free;
+         b.mapped_nowhere + b.parted_pages + b.waiting_on_streams + b.plain_free;
 }
 
 TEST(ExplainExcess, SplitsFreeBytesByWhetherTheirPageHoldsLiveBytes) {

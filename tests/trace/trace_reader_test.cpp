@@ -124,6 +124,10 @@ TEST(TraceReader, RecordedSegmentFigures) {
   EXPECT_EQ(t.summary.segment_events, 5u);
   EXPECT_EQ(t.summary.recorded_segment_allocs, 3u);
   EXPECT_EQ(t.summary.recorded_peak_reserved, std::uint64_t(6) << 20);
+  // Recording began after a 1 GiB segment was made: giving it back shows it was reserved from the start.
+  const std::string late = lines({kHeader, ev("segment_free", 999, 1 << 30), ev("segment_alloc", 4096, 1 << 30),
+                                  ev("alloc", 4096, 1 << 29), ev("segment_alloc", 8192, 2 << 20)});
+  EXPECT_EQ(parse_trace(late, "late").summary.recorded_peak_reserved, (std::uint64_t(1) << 30) + (2 << 20));
 }
 
 TEST(TraceReader, PlainAndGzipFilesGiveTheSameTrace) {
@@ -303,6 +307,11 @@ TEST(TraceReader, HeaderErrors) {
   expect_error(R"({"format": "gpumem-trace"})" "\n", 1, "no integer \"version\"");
   expect_error(R"({"format": "gpumem-trace", "version": 2})" "\n", 1, "unsupported gpumem-trace version 2");
   expect_error(kHeader + "\n", 2, "no events");
+  // A source named in another encoding (Latin-1 here) is not UTF-8: shown replaced, the trace read.
+  const Trace latin1 = parse_trace(lines({"{\"format\": \"gpumem-trace\", \"version\": 1, \"source\": \"caf\xe9\"}",
+                                          ev("alloc", 4096, 100)}), "t");
+  EXPECT_EQ(latin1.events.size(), 1u);
+  EXPECT_EQ(latin1.source, "caf\xef\xbf\xbd");
   // a plain file without any newline that is longer than the line limit
   TempDir dir;
   try {
@@ -377,7 +386,13 @@ TEST(TraceReader, InconsistentEvents) {
   expect_error(lines({kHeader, ev("alloc", 1, 10), ev("free", 1, 10), ev("alloc", 1, 10), ev("free_completed", 1, 10)}), 4,
                "waiting for the free_completed");
   expect_error(lines({kHeader, ev("free_completed", 1, 10)}), 2, "not allocated");
-  expect_error(lines({kHeader, ev("alloc", 1, UINT64_MAX), ev("alloc", 2, 2)}), 3, "overflow");
+  expect_error(lines({kHeader, ev("alloc", 1, UINT64_MAX)}), 2, "more than 1 PiB");
+  expect_error(lines({kHeader, ev("alloc", 1, (std::uint64_t(1) << 50) + 1)}), 2, "more than 1 PiB");
+  EXPECT_NO_THROW(parse_trace(lines({kHeader, ev("alloc", 1, std::uint64_t(1) << 50)}), "t"));
+  // 2^14 blocks of 1 PiB each overflow the live bytes.
+  std::string huge = kHeader + "\n";
+  for (std::uint64_t i = 1; i <= (1u << 14); ++i) huge += ev("alloc", 4096 * i, std::uint64_t(1) << 50) + "\n";
+  expect_error(huge, 1 + (1u << 14), "overflow");
 }
 
 }  // namespace
