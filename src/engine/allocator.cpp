@@ -144,6 +144,8 @@ void Allocator::set_limit(std::size_t bytes) {
   {
     std::lock_guard lock(impl_->physical.mutex());
     impl_->physical.set_limit(bytes);
+    // Pages made ahead of need are device memory beyond the reserved count: under a limit none wait.
+    if (bytes) impl_->physical.map_ahead(0, 0);
     if (!bytes || impl_->physical.reserved() <= bytes) return;
   }
   impl_->release_cached_everywhere();  // over the new limit: give back what is cached

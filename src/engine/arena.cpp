@@ -140,6 +140,7 @@ Block* Arena::grow_virtual(std::size_t size) {
   demand_high_ = std::max(demand_high_, demand);
   const HoleFit fit = hole_fit(size);
   std::lock_guard lock(physical_.mutex());
+  lent_unwaited_ = false;
   std::vector<Piece> pieces;
   Block* tail = free_tail(*r);
   std::size_t need = top_need(*r, tail, size);
@@ -167,7 +168,7 @@ Block* Arena::grow_virtual(std::size_t size) {
       try {
         gather(need - got, r->size - r->top - got, Keep{{tail}}, pieces);
       } catch (...) {
-        for (const Piece& p : pieces) physical_.give_piece(p);
+        return_pieces(pieces);
         throw;
       }
     }

@@ -235,6 +235,9 @@ class Arena {
   // `pieces`, or throws OutOfMemoryError having added nothing.
   // `at`: where the pieces will be mapped (the top), so that new pages may be ones made ahead there.
   void gather(std::size_t need, std::size_t room, Keep keep, std::vector<Piece>& pieces, DevicePtr at = 0);
+  // Gives a failed growth's pieces back to the shared pool, after waiting for this stream when some were
+  // lent by its own free blocks this growth (lent_unwaited_): work queued here may still read them.
+  void return_pieces(const std::vector<Piece>& pieces) noexcept;
   void collect_physical(DevicePtr start, std::size_t bytes, std::vector<Piece>& out) const;
   // Unmaps one mapping (reported as segment_unmap) and forgets it; returns the next.
   std::map<DevicePtr, Mapping>::iterator unmap_mapping(std::map<DevicePtr, Mapping>::iterator it) noexcept;
@@ -291,6 +294,7 @@ class Arena {
   std::uint64_t lends_ = 0, lends_done_ = 0;
   std::size_t demand_high_ = 0;  // the most bytes in use plus requested at any growth so far
   bool exact_growth_ = false;    // this growth's demand was met before: fragmentation, not a new high
+  bool lent_unwaited_ = false;   // this growth took pages of this stream's free blocks (see return_pieces)
   // Pages made ahead (map_ahead): the chunk create_paged made for the address gather() was given and its
   // bytes; top growths in a row that made new pages; bytes asked ahead not yet grown over; bytes asked
   // ahead that growths used / mapped other pages over.

@@ -28,6 +28,20 @@ void Arena::map_ahead(const Region& r, std::size_t made) {
   ahead_run_ = q;
 }
 
+void Arena::return_pieces(const std::vector<Piece>& pieces) noexcept {
+  // Pages lent by this stream's free blocks may still be read by work queued on it: another stream may
+  // take them from the shared pool only once that work is done (a failed growth gave them to another
+  // stream at once). A failed wait means a broken device, where nothing queued runs any more.
+  if (lent_unwaited_ && !pieces.empty()) {
+    try {
+      backend_.synchronize_stream(stream_);
+    } catch (...) {
+    }
+    lent_unwaited_ = false;
+  }
+  for (const Piece& p : pieces) physical_.give_piece(p);
+}
+
 void Arena::gather(std::size_t need, std::size_t room, Keep keep, std::vector<Piece>& pieces, DevicePtr at) {
   const std::size_t had = pieces.size();
   std::size_t got = physical_.take_pieces(need, pieces);
@@ -39,14 +53,21 @@ void Arena::gather(std::size_t need, std::size_t room, Keep keep, std::vector<Pi
                physical_.would_exceed_limit(need - got);
   auto stitch = [&] {
     if (!stitching_) return;
-    if (got < need) got += lend(need - got, keep, pieces);
-    if (got < need && sibling_) got += sibling_->lend(need - got, Keep{}, pieces);
-    if (got < need) got += physical_.lend_foreign(need - got, this, pieces);
+    // This stream's own free pages are reused without a wait (its work is ordered); should the growth
+    // fail they go to the shared pool, and only after a wait for this stream (return_pieces). No wait
+    // is allowed during a graph capture: then none are taken.
+    if (!capturing()) {
+      const std::size_t before = got;
+      if (got < need) got += lend(need - got, keep, pieces);
+      if (got < need && sibling_) got += sibling_->lend(need - got, Keep{}, pieces);
+      lent_unwaited_ |= got > before;
+    }
+    if (got < need) got += physical_.lend_foreign(need - got, this, pieces);  // those waited for their streams
   };
   if (tight) stitch();
   if (got >= need) return;
   auto give_back = [&] {
-    for (std::size_t i = had; i < pieces.size(); ++i) physical_.give_piece(pieces[i]);
+    return_pieces(std::vector<Piece>(pieces.begin() + std::ptrdiff_t(had), pieces.end()));
     pieces.resize(had);
   };
   try {
@@ -155,7 +176,7 @@ std::size_t Arena::map_pieces(DevicePtr at, std::vector<Piece>& pieces, const Pi
   try {
     physical_.map_run(at, units);  // all or nothing
   } catch (...) {
-    for (const Piece& p : runs) physical_.give_piece(p);
+    return_pieces(runs);
     throw;
   }
   std::size_t mapped = 0;

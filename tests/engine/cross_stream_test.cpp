@@ -1,10 +1,15 @@
 // What holds across streams: free pages of one stream's pool are stitched into another's before the
-// device is asked for more (after waiting for the lending stream), and peaks are exact over all streams.
+// device is asked for more (after waiting for the lending stream), a growth that fails never hands its
+// stream's freed pages to another stream unwaited, and peaks are exact over all streams.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <memory>
+#include <vector>
 
 #include "gpumem/allocator.hpp"
+#include "gpumem/fault_injection_backend.hpp"
+#include "gpumem/host_backend.hpp"
 #include "gpumem/sim_backend.hpp"
 
 namespace gpumem {
@@ -33,6 +38,91 @@ TEST(CrossStream, FreePagesOfAnotherStreamAreStitchedBeforeGrowing) {
   a.check_invariants();
   a.empty_cache();
   EXPECT_EQ(a.stats().reserved_bytes[kAggregatePool].current, 0);
+  a.check_invariants();
+}
+
+// Stream A frees X while its queued work still reads it (events complete only when told). A growth on A
+// lends X's pages (same stream: no wait) and then fails; another stream may get those pages only after a
+// wait for A. B got them at once: B's writes changed what A's work read (a limit hit during another
+// thread's graph capture, or a driver error while mapping).
+struct FreedWhileRead {
+  static constexpr StreamId A = 0x100, B = 0x200;
+  std::shared_ptr<HostBackend> host;
+  char* x = nullptr;
+  void* y = nullptr;
+  std::uint64_t syncs_at_free = 0;
+  FreedWhileRead() {
+    HostBackendOptions o;
+    o.capacity = 64 * kMiB;
+    o.granularity = 2 * kMiB;
+    o.manual_events = true;
+    host = std::make_shared<HostBackend>(o);
+  }
+  void prepare(Allocator& a) {
+    x = static_cast<char*>(a.allocate(4 * kMiB, A));
+    y = a.allocate(2 * kMiB, A);  // keeps X off the top
+    std::memset(x, 'A', 4 * kMiB);
+    a.deallocate(x, A);
+    syncs_at_free = host->call_counts().syncs;
+  }
+  // B takes 4 MiB (or is refused) and writes it: true unless that changed what A's work reads at X
+  // without a wait since A freed X.
+  bool b_waits_for_a(Allocator& a) {
+    char* z = nullptr;
+    try {
+      z = static_cast<char*>(a.allocate(4 * kMiB, B));
+    } catch (const OutOfMemoryError&) {
+    }
+    if (z) std::memset(z, 'B', 4 * kMiB);
+    const bool intact = x[0] == 'A' && x[4 * kMiB - 1] == 'A';
+    const bool waited = host->call_counts().syncs > syncs_at_free;
+    if (z) a.deallocate(z, B);
+    a.deallocate(y, A);
+    a.check_invariants();
+    return intact || waited;
+  }
+};
+
+TEST(CrossStream, AGrowthFailingAtTheLimitDuringACaptureKeepsFreedPagesFromOtherStreams) {
+  FreedWhileRead t;
+  AllocatorConfig config;
+  config.limit_bytes = 6 * kMiB;
+  Allocator a(t.host, config);
+  t.prepare(a);
+  const StreamId capturing = 0x999;  // another thread captures a graph: no wait is allowed meanwhile
+  a.begin_allocate_to_pool({1, 1}, [&](StreamId s) { return s == capturing; });
+  EXPECT_THROW(a.allocate(8 * kMiB, FreedWhileRead::A), OutOfMemoryError);
+  EXPECT_TRUE(t.b_waits_for_a(a)) << "stream B was handed X's pages while A's work still read them";
+  a.end_allocate_to_pool({1, 1});
+}
+
+TEST(CrossStream, AGrowthFailingInTheDriverKeepsFreedPagesFromOtherStreams) {
+  FreedWhileRead t;
+  FaultInjectionOptions fo;
+  fo.kind = FaultKind::backend_error;
+  auto faulty = std::make_shared<FaultInjectionBackend>(t.host, fo);
+  Allocator a(faulty);
+  t.prepare(a);
+  faulty->arm(2);  // the growth below: its chunk is made (1), mapping the run fails (2)
+  EXPECT_ANY_THROW(a.allocate(6 * kMiB, FreedWhileRead::A));
+  faulty->arm(0);
+  EXPECT_TRUE(t.b_waits_for_a(a)) << "stream B was handed X's pages while A's work still read them";
+}
+
+// Pages made ahead of need are device memory beyond the reserved count: a limit set at what is reserved
+// must leave the device at most that full.
+TEST(CrossStream, ALimitGivesBackPagesMadeAhead) {
+  SimBackendOptions o;
+  o.capacity = std::size_t(4) << 30;
+  o.map_ahead = true;
+  auto backend = std::make_shared<SimBackend>(o);
+  Allocator a(backend);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 8; ++i) blocks.push_back(a.allocate((40 + 8 * i) * kMiB, 0));
+  ASSERT_GT(backend->used_bytes(), std::size_t(a.stats().reserved_bytes[kAggregatePool].current)) << "nothing made ahead";
+  a.set_limit(std::size_t(a.stats().reserved_bytes[kAggregatePool].current));
+  EXPECT_LE(backend->used_bytes(), a.limit());
+  for (void* p : blocks) a.deallocate(p, 0);
   a.check_invariants();
 }
 
