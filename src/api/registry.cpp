@@ -36,6 +36,7 @@ struct Registry {
   bool factory_used = false;
   std::array<std::atomic<Allocator*>, kMaxDevices> allocators{};
   std::array<std::string, kMaxDevices> device_keys;  // written before the allocator is published
+  std::array<std::optional<control::PendingLimit>, kMaxDevices> pending_limits;  // gpumem limit before first use
 };
 
 Registry& registry() {
@@ -123,6 +124,10 @@ Allocator& create(int device) {
   std::string key = device_key(*backend, device);
   auto allocator = std::make_unique<Allocator>(std::move(backend), config);
   if (fraction) allocator->set_memory_fraction(*fraction);
+  if (const auto& pending = r.pending_limits[std::size_t(device)]) {  // `gpumem limit` outranks the environment
+    if (pending->fraction) allocator->set_memory_fraction(*pending->fraction);
+    else allocator->set_limit(std::size_t(pending->bytes.value_or(0)));
+  }
   if (!key.empty() && cooperative_enabled())
     allocator->set_release_others_hook([key](std::size_t) {
       // Up to 3 s each: giving back tens of GiB takes a process about a second (~40 us a page).
@@ -150,7 +155,16 @@ void start_control_server() {
         if (Allocator* a = existing(d)) out.push_back({d, a, registry().device_keys[std::size_t(d)]});
       return out;
     };
-    hooks.make_device = [](int device) -> Allocator& { return default_allocator(device); };
+    hooks.limit_unmade = [](int device, const control::PendingLimit& limit) {
+      if (device < 0 || device >= kMaxDevices)
+        throw std::invalid_argument("device " + std::to_string(device) + " is out of range (at most " +
+                                    std::to_string(kMaxDevices - 1) + ")");
+      Registry& r = registry();
+      std::lock_guard lock(r.mutex);
+      if (existing(device)) return false;
+      r.pending_limits[std::size_t(device)] = limit;
+      return true;
+    };
     std::string why;
     // Off or impossible: the program runs without it; said once when it was not asked to be off, or
     // `gpumem stats` would only report that the process has no control channel.

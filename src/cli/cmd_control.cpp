@@ -152,9 +152,16 @@ int run_limit(const ControlArgs& a) {
     return fail(e);
   }
   if (a.json) {
-    print_json({{"pid", a.pid}, {"device", a.device}, {"limit_bytes", answer.limit_bytes},
-                {"reserved_bytes", answer.reserved_bytes}, {"released_bytes", answer.released_bytes},
-                {"fits", answer.fits}});
+    nlohmann::ordered_json j = {{"pid", a.pid}, {"device", a.device}, {"limit_bytes", answer.limit_bytes},
+                        {"reserved_bytes", answer.reserved_bytes}, {"released_bytes", answer.released_bytes},
+                        {"fits", answer.fits}, {"pending", answer.pending}};
+    if (answer.pending && answer.fraction > 0) j["limit_fraction"] = answer.fraction;
+    print_json(j);
+  } else if (answer.pending) {
+    const std::string limit = answer.fraction > 0 ? fmt::format("{:g} of its memory", answer.fraction)
+                              : answer.limit_bytes ? b(answer.limit_bytes) : "none";
+    std::printf("%d: device %d limit %s from the program's first allocation there (it has not used the device yet)\n",
+                a.pid, a.device, limit.c_str());
   } else {
     std::printf("%d: device %d limit %s; reserved %s", a.pid, a.device,
                 answer.limit_bytes ? b(answer.limit_bytes).c_str() : "none", b(answer.reserved_bytes).c_str());

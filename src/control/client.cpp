@@ -189,8 +189,10 @@ bool bool_field(const nlohmann::json& j, const char* key, bool otherwise) {
   return j.contains(key) && j[key].is_boolean() ? j[key].get<bool>() : otherwise;
 }
 LimitAnswer limit_answer(const nlohmann::json& a) {
-  return {int_field(a, "limit_bytes"), int_field(a, "reserved_bytes"), int_field(a, "released_bytes"),
-          bool_field(a, "fits", true)};
+  LimitAnswer out{int_field(a, "limit_bytes"), int_field(a, "reserved_bytes"), int_field(a, "released_bytes"),
+                  bool_field(a, "fits", true), bool_field(a, "pending", false)};
+  if (a.contains("limit_fraction") && a["limit_fraction"].is_number()) out.fraction = a["limit_fraction"].get<double>();
+  return out;
 }
 }  // namespace
 

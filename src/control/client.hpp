@@ -83,6 +83,8 @@ struct LimitAnswer {
   std::int64_t reserved_bytes = 0;
   std::int64_t released_bytes = 0;
   bool fits = true;
+  bool pending = false;  // the program has not used the device yet: the limit applies from its first allocation
+  double fraction = 0;   // pending and given as a fraction of the device's memory
 };
 
 std::vector<ProcessRef> list_processes(bool every_user = false);

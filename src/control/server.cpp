@@ -80,7 +80,24 @@ nlohmann::json answer(const Request& r, const ServerHooks& hooks) {
       for (const auto& d : devices) d.allocator->reset_peak_stats();
       return a;
     case Op::limit: {
-      Allocator& al = hooks.make_device(r.device);
+      const auto served = [&](const std::vector<ServedDevice>& now) -> Allocator* {
+        for (const auto& d : now)
+          if (d.index == r.device) return d.allocator;
+        return nullptr;
+      };
+      Allocator* found = served(devices);
+      if (!found && hooks.limit_unmade && hooks.limit_unmade(r.device, {r.bytes, r.fraction})) {
+        a["limit_bytes"] = r.bytes.value_or(0);
+        if (r.fraction) a["limit_fraction"] = *r.fraction;
+        a["reserved_bytes"] = 0;
+        a["released_bytes"] = 0;
+        a["fits"] = true;
+        a["pending"] = true;  // applied when the program first allocates there
+        return a;
+      }
+      if (!found) found = served(hooks.devices());
+      if (!found) return error_answer("the process has no allocator on device " + std::to_string(r.device));
+      Allocator& al = *found;
       const std::int64_t before = reserved_of(al);  // a lower limit gives back cache itself (set_limit)
       if (r.fraction) al.set_memory_fraction(*r.fraction);
       else al.set_limit(std::size_t(*r.bytes));

@@ -15,7 +15,9 @@
 //    the socket in chunks without a lock, so the document is never in memory whole. A client that takes
 //    no chunk for 2 s, or a transfer past 5 minutes, ends the connection; the program goes on.
 #pragma once
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,9 +32,17 @@ struct ServedDevice {
   std::string device_key;  // names the physical device across processes ("" when not shareable)
 };
 
+struct PendingLimit {
+  std::optional<std::uint64_t> bytes;  // 0: none
+  std::optional<double> fraction;
+};
+
 struct ServerHooks {
   std::function<std::vector<ServedDevice>()> devices;  // the allocators that exist now
-  std::function<Allocator&(int)> make_device;          // limit on a device not made yet makes it
+  // A limit on a device the program has not used yet is kept and applied when it first does: making an
+  // allocator there would open a CUDA context on that GPU. False when the device has one by now (the
+  // limit is then set as on any served device); throws std::invalid_argument for a device out of range.
+  std::function<bool(int, const PendingLimit&)> limit_unmade;
 };
 
 // Where snapshots come from. Unset: the served devices' allocator snapshots, with no history. The memory

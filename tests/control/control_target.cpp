@@ -2,6 +2,7 @@
 // and answers one line on stdout each:
 //   alloc BYTES   -> "ok" | "oom"        (keeps the block)
 //   allocn N BYTES -> "ok" | "oom"       (N blocks of BYTES each, kept)
+//   allocon D BYTES -> "ok" | "oom"      (on device D; kept until exit)
 //   addr          -> the most recent block's address, in decimal
 //   history N     -> "ok" after gpumem_history_start(N entries, no stacks): snapshots carry a trace
 //   framed BYTES  -> "ok" | "oom"        (alloc with the frame train.py:42 step, for the history)
@@ -53,6 +54,11 @@ int main() {
       int rc = GPUMEM_OK;
       for (unsigned long long i = 0; i < n && rc == GPUMEM_OK; ++i) rc = keep(bytes);
       std::printf("%s\n", outcome(rc));
+    } else if (std::strncmp(line, "allocon ", 8) == 0) {
+      char* rest = nullptr;
+      const int device = int(std::strtol(line + 8, &rest, 10));
+      void* p = nullptr;
+      std::printf("%s\n", outcome(gpumem_allocate(std::strtoull(rest, nullptr, 10), device, nullptr, &p)));
     } else if (std::strncmp(line, "addr", 4) == 0) {
       std::printf("%llu\n", blocks.empty() ? 0ULL : (unsigned long long)(std::uintptr_t)blocks.back());
     } else if (std::strncmp(line, "history ", 8) == 0) {

@@ -25,9 +25,8 @@ const gpumem::control::ServerHooks& hooks() {
   static gpumem::control::ServerHooks h = [] {
     gpumem::control::ServerHooks out;
     out.devices = [] { return std::vector<gpumem::control::ServedDevice>{{0, &allocator(), "host-shared:fuzz"}}; };
-    out.make_device = [](int device) -> gpumem::Allocator& {
-      if (device != 0) throw std::invalid_argument("no such device");
-      return allocator();
+    out.limit_unmade = [](int, const gpumem::control::PendingLimit&) -> bool {
+      throw std::invalid_argument("no such device");
     };
     return out;
   }();

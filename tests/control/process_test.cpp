@@ -115,6 +115,30 @@ TEST(ControlProcess, LimitFailsTheNextOversizeAllocationOnly) {
   EXPECT_NE(dev_out.find("from 0 to 1023"), std::string::npos) << dev_out;
 }
 
+// A limit on a device the program has not used yet must not make an allocator there (on a GPU: a CUDA
+// context, hundreds of MiB): it waits for the program's first allocation on that device.
+TEST(ControlProcess, ALimitOnAnUnusedDeviceWaitsForItsFirstAllocation) {
+  ControlDir dir;
+  Target t({"GPUMEM_HOST_CAPACITY=256MiB"});
+  const std::string pid = std::to_string(t.pid());
+  auto [rc, out] = shell(kGpumem + " limit " + pid + " 16MiB --device 1 2>&1");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("from the program's first allocation there"), std::string::npos) << out;
+  ASSERT_EQ(stats(t.pid()).devices.size(), 1u) << "an allocator was made on device 1";
+  EXPECT_EQ(t.ask("allocon 1 33554432"), "oom");  // 32 MiB > the 16 MiB limit set before
+  EXPECT_EQ(t.ask("allocon 1 8388608"), "ok");
+  const ProcessReport after = stats(t.pid());
+  ASSERT_EQ(after.devices.size(), 2u);
+  EXPECT_EQ(after.devices[1].limit_bytes, 16 * MiB);
+  auto [json_rc, json_out] = shell(kGpumem + " limit --json " + pid + " 0.5 --device 2");
+  EXPECT_EQ(json_rc, 0) << json_out;
+  const auto j = nlohmann::json::parse(json_out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << json_out;
+  EXPECT_EQ(j["pending"], true);
+  EXPECT_EQ(j["limit_fraction"], 0.5);
+  EXPECT_EQ(stats(t.pid()).devices.size(), 2u);
+}
+
 // True once /proc says `pid` is stopped (state T), within 10 s.
 bool wait_until_stopped(pid_t pid) {
   for (int i = 0; i < 1000; ++i) {

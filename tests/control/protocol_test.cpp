@@ -24,11 +24,13 @@ struct Fixture {
   }
   Allocator allocator{std::make_shared<HostBackend>(options())};
   ServerHooks hooks;
+  std::vector<std::pair<int, PendingLimit>> pending;
   Fixture() {
     hooks.devices = [this] { return std::vector<ServedDevice>{{0, &allocator, "host-shared:x"}}; };
-    hooks.make_device = [this](int device) -> Allocator& {
-      if (device != 0) throw std::invalid_argument("no device " + std::to_string(device));
-      return allocator;
+    hooks.limit_unmade = [this](int device, const PendingLimit& limit) -> bool {
+      if (device >= 8) throw std::invalid_argument("device " + std::to_string(device) + " is out of range");
+      pending.emplace_back(device, limit);
+      return true;
     };
   }
   nlohmann::json ask(const std::string& body) {
@@ -72,7 +74,7 @@ TEST(ControlProtocol, BadRequestsGetOneSentence) {
                            R"({"v":1,"op":"limit"})", R"({"v":1,"op":"limit","bytes":1,"fraction":0.5})",
                            R"({"v":1,"op":"limit","bytes":-1})", R"({"v":1,"op":"limit","fraction":1.5})",
                            R"({"v":1,"op":"limit","fraction":0})", R"({"v":1,"op":"limit","device":-1,"bytes":1})",
-                           R"({"v":1,"op":"limit","device":3,"bytes":1})", R"({"v":1,"op":"release"})",
+                           R"({"v":1,"op":"limit","device":9,"bytes":1})", R"({"v":1,"op":"release"})",
                            R"({"v":1,"op":"release","device_key":""})",
                            R"({"v":1,"op":"snapshot","format":"xml"})", R"({"v":1,"op":"snapshot","format":1})",
                            R"({"v":1,"op":"snapshot","device":-1})", R"({"v":1,"op":"snapshot","device":"0"})",

@@ -139,7 +139,7 @@ TEST(ControlSnapshot, HistoryKeepsEachDevicesNumber) {
   ControlDir dir;
   Target t({"GPUMEM_HOST_CAPACITY=256MiB"});
   ASSERT_EQ(t.ask("alloc 4194304"), "ok");
-  limit_bytes(t.pid(), 1, 64 * MiB);  // makes device 1's allocator
+  ASSERT_EQ(t.ask("allocon 1 1048576"), "ok");  // device 1's allocator
   ASSERT_EQ(t.ask("history 100"), "ok");
   std::string file = dir.path + "/all.json";
   auto [rc, out] = shell(kGpumem + " snapshot " + std::to_string(t.pid()) + " -o " + file);
