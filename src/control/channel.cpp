@@ -6,12 +6,14 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 
 #include "control/protocol.hpp"
 
@@ -96,6 +98,28 @@ std::optional<PeerCred> peer_cred(int fd) {
   socklen_t len = sizeof cred;
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return std::nullopt;
   return PeerCred{int(cred.pid), cred.uid};
+}
+
+SocketProbe probe_socket(const std::string& path) {
+  SocketProbe out;
+  sockaddr_un addr{};
+  if (path.size() >= sizeof addr.sun_path) return out;
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    if (std::optional<PeerCred> peer = peer_cred(fd)) out = {SocketProbe::listening, *peer};
+  } else if (errno == ECONNREFUSED) {
+    struct stat st {};
+    const bool done = lstat(path.c_str(), &st) == 0 && (!S_ISSOCK(st.st_mode) || std::time(nullptr) - st.st_mtime > 2);
+    if (done) {
+      out.kind = SocketProbe::stale;
+      unlink(path.c_str());  // fails harmlessly when it is not ours
+    }
+  }
+  close(fd);
+  return out;
 }
 
 bool process_alive(int pid) {

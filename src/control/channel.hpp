@@ -7,7 +7,10 @@
 //  - Each process's socket is <dir>/<pid>.sock, mode 0600.
 //  - A peer is allowed when its uid (SO_PEERCRED) equals ours or is root. Clients also check that the
 //    server's pid and uid are those the socket's name and directory promise.
-//  - A socket whose process is gone is stale: it is unlinked by whoever finds it, never connected to.
+//  - A socket nobody listens on (made more than 2 s ago: a server listens microseconds after it binds) is
+//    stale: it is unlinked by whoever finds it. Not by its pid: a process in another pid namespace
+//    (a container sharing GPUMEM_CONTROL_DIR) names its socket by a pid that means another process here,
+//    or none. Such a server is known by the pid SO_PEERCRED gives, in the finder's namespace.
 //  - I/O uses absolute deadlines; every call that can block takes one.
 #pragma once
 #include <sys/types.h>
@@ -40,6 +43,15 @@ struct PeerCred {
 std::optional<PeerCred> peer_cred(int fd);
 
 bool process_alive(int pid);
+
+// What listens on the socket at `path`: `listening` with its peer (pid in our namespace), `stale` (nobody
+// listens, and it is no socket or not a new one: unlinked when we may), or `unknown` (busy backlog, no access, not a
+// socket we can reach). Connects and hangs up at once; the server drops such a connection.
+struct SocketProbe {
+  enum Kind { listening, stale, unknown } kind = unknown;
+  PeerCred peer;
+};
+SocketProbe probe_socket(const std::string& path);
 
 // Sends one frame / reads one frame of at most `max_bytes`; false on timeout, EOF, error or oversize
 // (then `error` says which).

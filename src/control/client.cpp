@@ -32,14 +32,19 @@ struct Fd {
 
 std::string who(int pid) { return "process " + std::to_string(pid); }
 
-// The socket of `pid` in the directories we may see, or "" (then *other_user says if one was unreadable).
+// The socket of `pid` in the directories we may see, or "" (then *other_user says if one was unreadable):
+// named by the pid, else (a process in a container sharing the directory names it by its pid there) the
+// one whose server is `pid` here.
 std::string find_socket(int pid, bool* other_user) {
-  for (const std::string& dir : candidate_socket_dirs(geteuid() == 0)) {
+  const std::vector<std::string> dirs = candidate_socket_dirs(geteuid() == 0);
+  for (const std::string& dir : dirs) {
     std::string path = socket_path(dir, pid);
     struct stat st {};
     if (lstat(path.c_str(), &st) == 0) return path;
     if (errno == EACCES) *other_user = true;
   }
+  for (const ProcessRef& p : list_processes(geteuid() == 0))
+    if (p.pid == pid) return p.socket;
   return {};
 }
 
@@ -74,8 +79,7 @@ int connect_to(int pid, const std::string& path, Clock::time_point deadline) {
   close(fd);
   if (err == EACCES || err == EPERM) fail_unreachable(pid, true);
   if (err == ECONNREFUSED || err == ENOENT) {
-    // Nobody listens: the socket is stale. Remove it if it is ours; never talk to it.
-    if (!process_alive(pid)) unlink(path.c_str());
+    probe_socket(path);  // nobody listens: removed when it is stale (probe_socket); never talked to
     fail_unreachable(pid, false);
   }
   throw ControlError(FailureKind::no_answer, pid, who(pid) + ": cannot connect: " + std::strerror(err));
@@ -95,11 +99,15 @@ std::vector<ProcessRef> list_processes(bool every_user) {
       long pid = std::strtol(e->d_name, &end, 10);
       if (pid <= 0 || !end || std::strcmp(end, ".sock") != 0) continue;
       std::string path = dir + "/" + e->d_name;
-      if (!process_alive(int(pid))) {
-        unlink(path.c_str());  // stale; fails harmlessly when it is not ours
-        continue;
-      }
-      found.push_back({int(pid), owner, path});
+      // Known by who serves it (its pid here, also for a process in a container), not by its name.
+      const SocketProbe probe = probe_socket(path);
+      if (probe.kind == SocketProbe::stale) continue;
+      int served_by = int(pid);
+      if (probe.kind == SocketProbe::listening) served_by = probe.peer.pid;
+      else if (!process_alive(served_by)) continue;
+      // Once each (a socket planted under another name for a process listed already).
+      const bool seen = std::any_of(found.begin(), found.end(), [&](const ProcessRef& p) { return p.pid == served_by; });
+      if (!seen) found.push_back({served_by, owner, path});
     }
     closedir(d);
   }

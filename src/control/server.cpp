@@ -184,8 +184,7 @@ void remove_stale_sockets(const std::string& dir) {
   while (dirent* e = readdir(d)) {
     char* end = nullptr;
     long pid = std::strtol(e->d_name, &end, 10);
-    if (pid > 0 && end && std::strcmp(end, ".sock") == 0 && !process_alive(int(pid)))
-      unlink((dir + "/" + e->d_name).c_str());
+    if (pid > 0 && end && std::strcmp(end, ".sock") == 0) probe_socket(dir + "/" + e->d_name);  // unlinks stale ones
   }
   closedir(d);
 }

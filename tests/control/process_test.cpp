@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -270,6 +271,47 @@ TEST(ControlProcess, StaleSocketsAreRemovedNotTrusted) {
   close(open(stale.c_str(), O_CREAT | O_WRONLY, 0600));
   EXPECT_TRUE(list_processes().empty());
   EXPECT_NE(access(stale.c_str(), F_OK), 0);
+  // A socket nobody listens on: stale once it is not new; a new one may be a server between bind and listen.
+  const auto bound = [&](const std::string& name) {
+    const std::string path = dir.path + "/" + name;
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+    const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << path;
+    close(fd);
+    return path;
+  };
+  const std::string old_socket = bound(std::to_string(child) + ".sock"), new_socket = bound("999999.sock");
+  const timespec minute_ago[2] = {{time(nullptr) - 60, 0}, {time(nullptr) - 60, 0}};
+  ASSERT_EQ(utimensat(AT_FDCWD, old_socket.c_str(), minute_ago, AT_SYMLINK_NOFOLLOW), 0);
+  EXPECT_TRUE(list_processes().empty());
+  EXPECT_NE(access(old_socket.c_str(), F_OK), 0) << "an old socket nobody listens on stays";
+  EXPECT_EQ(access(new_socket.c_str(), F_OK), 0) << "a socket just bound was taken for stale";
+}
+
+// A process in another pid namespace (a container sharing GPUMEM_CONTROL_DIR) names its socket by its pid
+// there. It is listed and reached by the pid it has here; its socket is never taken for stale (a host's
+// `stats --all` removed it: the name's pid did not exist here).
+TEST(ControlProcess, AProcessNamingItsSocketByAnotherPidIsListedByItsOwn) {
+  ControlDir dir;
+  Target t({"GPUMEM_HOST_CAPACITY=256MiB"});
+  ASSERT_EQ(t.ask("alloc 4194304"), "ok");
+  const std::string mine = dir.path + "/" + std::to_string(t.pid()) + ".sock";
+  const std::string theirs = dir.path + "/999999.sock";  // no such pid here
+  ASSERT_EQ(rename(mine.c_str(), theirs.c_str()), 0);
+  const std::vector<ProcessRef> listed = list_processes();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].pid, t.pid());
+  EXPECT_EQ(access(theirs.c_str(), F_OK), 0) << "a live socket was removed";
+  EXPECT_EQ(stats(t.pid()).devices.at(0).allocated_bytes, 4 * MiB);
+  auto [rc, out] = shell(kGpumem + " stats --all --json");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("\"pid\": " + std::to_string(t.pid())), std::string::npos) << out;
+  // Planted under a second name: listed once.
+  ASSERT_EQ(link(theirs.c_str(), mine.c_str()), 0);
+  EXPECT_EQ(list_processes().size(), 1u);
+  unlink(theirs.c_str());
 }
 
 TEST(ControlProcess, AnotherUserIsRefused) {
