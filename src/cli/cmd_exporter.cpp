@@ -34,6 +34,7 @@ int print_once(const ExporterOptions& o, const exporter::Sampler::CollectFn& col
     exporter::ExporterCounters c;
     c.samples = 1;
     c.nvml_errors = s.health.nvml_errors;
+    c.control_errors = s.health.control_errors;
     c.now_unix = s.health.taken_at_unix;
     text = exporter::render_metrics(s, c, o.openmetrics ? exporter::Format::kOpenMetrics : exporter::Format::kPrometheusText);
   }

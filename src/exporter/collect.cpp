@@ -2,11 +2,17 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
+#include <system_error>
+#include <thread>
+#include <vector>
 
 #include "control/client.hpp"
 #include "exporter/kubernetes.hpp"
+#include "monitor/cuda_order.hpp"
 #include "monitor/ps.hpp"
 
 namespace gpumem::exporter {
@@ -55,18 +61,25 @@ void describe(ProcessMetrics& p, const monitor::ProcInfo& info, const CollectOpt
   p.namespace_ = pod.namespace_;
 }
 
-// The GPU a control-channel device report is about: by UUID when the process names its device that
-// way (CUDA backends), else the only GPU NVML shows the process on, else its own device number.
+// The GPU a control-channel device report is about. CUDA backends name it "cuda:ENTRY", ENTRY being
+// what CUDA_VISIBLE_DEVICES maps the process's device to (a GPU-UUID or its prefix, or CUDA's index):
+// resolved with CUDA's rules over the GPUs NVML lists. Else the only GPU NVML shows the process on, else
+// its own device number.
+}  // namespace
+
 unsigned gpu_of_report(const control::DeviceReport& d, int pid, const Snapshot& s) {
-  for (const GpuMetrics& g : s.gpus)
-    if (!g.uuid.empty() && d.device_key == g.uuid) return g.index;
+  if (d.device_key.rfind("cuda:", 0) == 0 && !s.gpus.empty()) {
+    std::vector<monitor::CudaGpu> gpus;
+    for (const GpuMetrics& g : s.gpus) gpus.push_back({g.index, g.uuid, g.pci_bus_id, g.model_name, std::nullopt});
+    const std::string entry = d.device_key.substr(5);
+    const monitor::CudaMapping m = monitor::cuda_order(gpus, nullptr, entry.c_str());
+    if (m.visible.size() == 1) return m.visible[0];
+  }
   std::set<unsigned> on;
   for (const ProcessMetrics& p : s.processes)
     if (p.pid == pid && p.kind == ProcessKind::kContext) on.insert(p.gpu);
   return on.size() == 1 ? *on.begin() : static_cast<unsigned>(d.device);
 }
-
-}  // namespace
 
 std::string host_name() {
   char buf[256] = {};
@@ -123,15 +136,49 @@ Snapshot snapshot_from(const monitor::SampleSet& sample, const monitor::HolderSc
   return s;
 }
 
-void add_allocators(Snapshot& s, const CollectOptions& options) {
-  for (const control::ProcessRef& ref : control::list_processes(true)) {
-    control::ProcessReport report;
-    try {
-      report = control::stats(ref.pid, options.control_timeout);
-    } catch (const control::ControlError& e) {
-      if (e.kind() != control::FailureKind::gone) ++s.health.control_errors;  // exiting is not an error
-      continue;
+namespace {
+struct Asked {
+  std::optional<control::ProcessReport> report;
+  bool error = false;  // no answer (a process that exited meanwhile is not an error)
+};
+
+// Every process asked at once (up to kAtOnce): a stopped or busy one costs its timeout once per sample,
+// not once more for each process after it (20 stopped processes made every sample 6 s late).
+std::vector<Asked> ask_all(const std::vector<control::ProcessRef>& refs, std::chrono::milliseconds timeout) {
+  constexpr std::size_t kAtOnce = 32;
+  std::vector<Asked> out(refs.size());
+  for (std::size_t from = 0; from < refs.size(); from += kAtOnce) {
+    std::vector<std::thread> threads;
+    for (std::size_t i = from; i < std::min(refs.size(), from + kAtOnce); ++i) {
+      const auto ask = [&out, &refs, timeout, i] {
+        try {
+          out[i].report = control::stats(refs[i].pid, timeout);
+        } catch (const control::ControlError& e) {
+          out[i].error = e.kind() != control::FailureKind::gone;
+        } catch (const std::exception&) {
+          out[i].error = true;
+        }
+      };
+      try {
+        threads.emplace_back(ask);
+      } catch (const std::system_error&) {  // no thread to be had: asked here
+        ask();
+      }
     }
+    for (std::thread& t : threads) t.join();
+  }
+  return out;
+}
+}  // namespace
+
+void add_allocators(Snapshot& s, const CollectOptions& options) {
+  const std::vector<control::ProcessRef> refs = control::list_processes(true);
+  const std::vector<Asked> answers = ask_all(refs, options.control_timeout);
+  for (std::size_t i = 0; i < refs.size(); ++i) {
+    const control::ProcessRef& ref = refs[i];
+    if (answers[i].error) ++s.health.control_errors;
+    if (!answers[i].report) continue;
+    const control::ProcessReport& report = *answers[i].report;
     std::string command;
     for (const ProcessMetrics& p : s.processes)
       if (p.pid == ref.pid) command = p.command;
@@ -150,7 +197,21 @@ void add_allocators(Snapshot& s, const CollectOptions& options) {
       if (d.limit_bytes > 0) a.limit_bytes = d.limit_bytes;
       a.ooms = d.num_ooms;
       a.alloc_retries = d.num_alloc_retries;
-      s.allocators.push_back(std::move(a));
+      // Two allocators of one process found on one GPU are one series (a series twice is invalid).
+      auto same = std::find_if(s.allocators.begin(), s.allocators.end(),
+                               [&](const AllocatorMetrics& b) { return b.gpu == a.gpu && b.pid == a.pid; });
+      if (same == s.allocators.end()) {
+        s.allocators.push_back(std::move(a));
+        continue;
+      }
+      same->allocated_bytes += a.allocated_bytes;
+      same->reserved_bytes += a.reserved_bytes;
+      same->peak_allocated_bytes += a.peak_allocated_bytes;
+      same->requested_bytes += a.requested_bytes;
+      if (a.largest_free_bytes) same->largest_free_bytes = std::max(same->largest_free_bytes.value_or(0), *a.largest_free_bytes);
+      same->limit_bytes = same->limit_bytes && a.limit_bytes ? std::optional(*same->limit_bytes + *a.limit_bytes) : std::nullopt;
+      same->ooms += a.ooms;
+      same->alloc_retries += a.alloc_retries;
     }
   }
 }

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "control/client.hpp"
 #include "exporter/snapshot.hpp"
 #include "monitor/procfs.hpp"
 
@@ -40,6 +41,11 @@ class Collector {
 
 // The exporter's snapshot from one monitor sample and a device-node scan (reads /proc for names).
 Snapshot snapshot_from(const monitor::SampleSet& sample, const monitor::HolderScan& holders, const CollectOptions& options);
+
+// The GPU (NVML index) a gpumem process's device report is about, over a snapshot whose GPUs and
+// processes are filled: by the device key's CUDA_VISIBLE_DEVICES entry (UUID, prefix or CUDA index),
+// else the only GPU NVML shows the process on, else the report's device number.
+unsigned gpu_of_report(const control::DeviceReport& d, int pid, const Snapshot& s);
 
 // Adds the gpumem allocators (control channel) to a snapshot whose GPUs and processes are filled.
 void add_allocators(Snapshot& snapshot, const CollectOptions& options);

@@ -94,13 +94,17 @@ void render_memory_split(ExpositionWriter& w, const std::vector<GpuRow>& rows, c
                "GPU memory by state: live (allocated by gpumem allocators), cached (reserved by them, not allocated), other, free.");
       header = true;
     }
-    auto [allocated, reserved] = by_gpu[g.index];
-    long long used = static_cast<long long>(*g.fb_used_bytes + g.fb_reserved_bytes.value_or(0));
-    long long other = std::max(0LL, used - reserved);
-    std::pair<const char*, long long> parts[] = {{"live", allocated},
-                                                 {"cached", std::max(0LL, reserved - allocated)},
-                                                 {"other", other},
-                                                 {"free", static_cast<long long>(*g.fb_free_bytes)}};
+    // Unsigned and saturating: whatever a driver reports (used beyond the total, values near 2^64), no
+    // state goes negative or wraps.
+    const auto [allocated_signed, reserved_signed] = by_gpu[g.index];
+    const unsigned long long allocated = static_cast<unsigned long long>(std::max(0LL, allocated_signed));
+    const unsigned long long reserved = static_cast<unsigned long long>(std::max(0LL, reserved_signed));
+    unsigned long long used = 0;
+    if (__builtin_add_overflow(*g.fb_used_bytes, g.fb_reserved_bytes.value_or(0), &used)) used = ~0ULL;
+    std::pair<const char*, unsigned long long> parts[] = {{"live", allocated},
+                                                          {"cached", reserved > allocated ? reserved - allocated : 0},
+                                                          {"other", used > reserved ? used - reserved : 0},
+                                                          {"free", *g.fb_free_bytes}};
     for (auto [state, bytes] : parts) {
       std::string l = r.own_labels;
       append_label(l, "state", state);

@@ -155,6 +155,24 @@ TEST(ExporterRender, MemorySplitAddsUpToTotal) {
   EXPECT_EQ(get("live") + get("cached") + get("other") + get("free"), 81559 * kMiB);
 }
 
+// Whatever a driver reports (used beyond the total, figures near 2^64), no state is negative or wrapped.
+TEST(ExporterRender, MemorySplitNeverGoesNegative) {
+  Snapshot s = two_gpus();
+  s.gpus[0].fb_total_bytes = 100 * kMiB;
+  s.gpus[0].fb_used_bytes = 200 * kMiB;
+  s.gpus[0].fb_reserved_bytes = 50 * kMiB;
+  s.gpus[0].fb_free_bytes = 0;
+  ExporterCounters c;
+  for (const auto& [series, value] : samples(render_metrics(s, c, Format::kPrometheusText)))
+    EXPECT_NE(value.rfind('-', 0), 0u) << series << " " << value;
+  s.gpus[0].fb_used_bytes = ~0ULL - kMiB;  // used + reserved overflows 64 bits
+  auto m = samples(render_metrics(s, c, Format::kPrometheusText));
+  const std::string own = R"(gpu="0",UUID="GPU-aaaa",pci_bus_id="00000000:18:00.0",device="nvidia0",Hostname="node-1")";
+  const std::string other = m["gpumem_gpu_memory_bytes{" + own + ",state=\"other\"}"];
+  ASSERT_FALSE(other.empty());
+  EXPECT_GT(std::stod(other), 1e18);
+}
+
 TEST(ExporterRender, ProcessesGhostsAndAllocators) {
   ExporterCounters c;
   auto m = samples(render_metrics(two_gpus(), c, Format::kPrometheusText));
