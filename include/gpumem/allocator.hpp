@@ -126,7 +126,8 @@ class Allocator {
   // The live block holding ptr anywhere inside it: its start and usable bytes; {nullptr, 0} if none.
   // Exact starts are a hash lookup; interior pointers walk the blocks (rare: IPC sharing).
   std::pair<void*, std::size_t> live_block_containing(const void* ptr) const;
-  // Largest block that could be handed out without asking the device for more.
+  // Largest free block already mapped: handed out with no driver call. A larger request may still be
+  // served without asking the device for more, from free pages stitched together.
   std::size_t largest_free_block() const;
 
   // Sharing a live allocation with another process (CUDA IPC): the whole pages holding it, as ranges of

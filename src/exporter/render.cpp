@@ -202,7 +202,7 @@ void render_allocators(ExpositionWriter& w, const Snapshot& s) {
                    [](const A& a) { return D(a.peak_allocated_bytes); });
   allocator_family(w, s, labels, "gpumem_allocator_requested_bytes", Type::kGauge, "Bytes the program asked for, before rounding.",
                    [](const A& a) { return D(a.requested_bytes); });
-  allocator_family(w, s, labels, "gpumem_allocator_largest_free_block_bytes", Type::kGauge, "Largest free extent the allocator could hand out without growing.",
+  allocator_family(w, s, labels, "gpumem_allocator_largest_free_block_bytes", Type::kGauge, "Largest free block the allocator has mapped (handed out with no driver call); free pages elsewhere can still be stitched into a larger one without growing.",
                    [&](const A& a) { return opt(a.largest_free_bytes); });
   allocator_family(w, s, labels, "gpumem_allocator_limit_bytes", Type::kGauge, "The allocator's memory limit.",
                    [&](const A& a) { return opt(a.limit_bytes); });
