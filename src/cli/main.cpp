@@ -6,6 +6,7 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "gpumem/printable.hpp"
 
@@ -60,10 +61,23 @@ int finish(const std::string& command, int code) {
 
 int run_main(int argc, char** argv) {
   using namespace gpumem::cli;
+  const auto& registry = command_registry();
+#ifdef GPUMEM_IMPLIED_COMMAND
+  // gpumem-exporter is its command: `gpumem-exporter --listen :9400` as well as `gpumem-exporter exporter
+  // --listen :9400` (what `gpumem exporter` runs).
+  static char implied_command[] = GPUMEM_IMPLIED_COMMAND;
+  std::vector<char*> implied;
+  if (!(argc > 1 && std::string(argv[1]) == implied_command)) {
+    implied.assign(argv, argv + argc);
+    implied.insert(implied.begin() + 1, implied_command);
+    implied.push_back(nullptr);
+    argv = implied.data();
+    ++argc;
+  }
+#endif
   raw_arguments().assign(argv, argv + argc);
   CliApp cli = make_cli_app();
   CLI::App& app = *cli.app;
-  const auto& registry = command_registry();
   // CLI11 would say only "A subcommand is required" for a word it does not know.
   const bool known = argc > 1 && std::any_of(registry.begin(), registry.end(),
                                              [&](const CommandSpec& spec) { return spec.name == argv[1]; });

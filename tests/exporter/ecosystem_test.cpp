@@ -229,6 +229,34 @@ TEST(ExporterEcosystem, ExitCodes) {
   EXPECT_EQ(j["gpus"][0]["memory_used_bytes"], 20480ull << 20);
 }
 
+// gpumem-exporter run by itself (a systemd unit, a container's entrypoint) is the exporter: it showed
+// gpumem's whole help and refused the exporter's flags.
+TEST(ExporterEcosystem, TheExporterBinaryIsTheExporterCommand) {
+  const std::string bin = std::string(GPUMEM_BINARY_DIR) + "/gpumem-exporter";
+  std::string env;
+  for (const auto& [k, v] : fake_env()) env += k + "='" + v + "' ";
+  const auto run = [&](const std::string& args, int* status) {
+    std::string out;
+    FILE* p = popen(("env " + env + bin + " " + args + " 2>&1").c_str(), "r");
+    char buf[4096];
+    while (p && std::fgets(buf, sizeof buf, p)) out += buf;
+    const int st = p ? pclose(p) : -1;
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return out;
+  };
+  int status = -1;
+  const std::string help = run("--help", &status);
+  EXPECT_EQ(status, 0) << help;
+  EXPECT_NE(help.find("--listen"), std::string::npos) << help;
+  const std::string once = run("--once", &status);
+  EXPECT_EQ(status, 0) << once;
+  EXPECT_NE(once.find("DCGM_FI_DEV_FB_USED"), std::string::npos) << once;
+  run("exporter --once", &status);  // as `gpumem exporter` runs it
+  EXPECT_EQ(status, 0);
+  run("--listen nowhere", &status);
+  EXPECT_EQ(status, 2);
+}
+
 TEST(ExporterEcosystem, StopsCleanlyOnSignals) {
   std::string dir = temp_dir("signals");
   std::unique_ptr<Child> exporter;
