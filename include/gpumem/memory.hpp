@@ -14,6 +14,8 @@
 
 namespace gpumem {
 
+inline constexpr int kMaxDevices = 64;  // devices 0 .. kMaxDevices - 1 have default allocators
+
 using BackendFactory = std::function<std::shared_ptr<Backend>(int device)>;
 void set_backend_factory(BackendFactory factory);  // before the first default allocator is made
 Allocator& default_allocator(int device = -1);

@@ -26,7 +26,6 @@
 namespace gpumem {
 namespace {
 
-constexpr int kMaxDevices = 64;
 
 // Leaked on purpose: allocators must outlive every static destructor that may still free memory
 // (PyTorch frees tensors at interpreter exit), and the driver may be gone by then anyway.

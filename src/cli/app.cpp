@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "cli/command.hpp"
+#include "gpumem/memory.hpp"
 #include "cli/exit_codes.hpp"
 
 namespace gpumem::cli {
@@ -31,7 +32,8 @@ CLI::Validator whole_number(long lo, long hi, const std::string& what, const std
 
 CLI::Validator pid_validator() { return whole_number(1, INT32_MAX, "a PID is a positive whole number", "PID"); }
 CLI::Validator device_index_validator() {
-  return whole_number(0, 1023, "a device index is a whole number from 0 to 1023", "DEVICE");
+  // A process's default allocators (gpumem/memory.hpp): a larger index is bad input here, not a failure there.
+  return whole_number(0, kMaxDevices - 1, "a device index is a whole number from 0 to " + std::to_string(kMaxDevices - 1), "DEVICE");
 }
 
 std::vector<std::string>& raw_arguments() {

@@ -113,7 +113,9 @@ TEST(ControlProcess, LimitFailsTheNextOversizeAllocationOnly) {
   EXPECT_EQ(stats(t.pid()).devices[0].limit_bytes, 0);
   auto [dev_rc, dev_out] = shell(kGpumem + " limit " + std::to_string(t.pid()) + " 1GiB --device 99999999 2>&1");
   EXPECT_EQ(dev_rc, 2) << dev_out;
-  EXPECT_NE(dev_out.find("from 0 to 1023"), std::string::npos) << dev_out;
+  EXPECT_NE(dev_out.find("from 0 to 63"), std::string::npos) << dev_out;
+  auto [dev64_rc, dev64_out] = shell(kGpumem + " limit " + std::to_string(t.pid()) + " 1GiB --device 64 2>&1");
+  EXPECT_EQ(dev64_rc, 2) << dev64_out;  // the process has no device 64: bad input (was exit 1 from the process)
 }
 
 // A limit on a device the program has not used yet must not make an allocator there (on a GPU: a CUDA
