@@ -60,6 +60,14 @@ int fail(const control::ControlError& e) {
   return kExitFailure;
 }
 
+// A single-process command that failed: its sentence, or with --json the same entry stats and clear give
+// an unreachable process (scripts read stdout either way).
+int fail(const ControlArgs& a, const control::ControlError& e) {
+  if (!a.json) return fail(e);
+  print_json(nlohmann::ordered_json{{"pid", a.pid}, {"error", e.what()}});
+  return kExitFailure;
+}
+
 nlohmann::ordered_json device_json(const control::DeviceReport& d) {
   return {{"device", d.device},
           {"backend", d.backend},
@@ -130,7 +138,7 @@ int run_reset(const ControlArgs& a) {
   try {
     control::reset_peaks(a.pid);
   } catch (const control::ControlError& e) {
-    return fail(e);
+    return fail(a, e);
   }
   if (a.json) print_json({{"pid", a.pid}, {"reset", true}});
   else std::printf("%d: peak statistics reset\n", a.pid);
@@ -149,7 +157,7 @@ int run_limit(const ControlArgs& a) {
     answer = amount.fraction ? control::limit_fraction(a.pid, a.device, amount.share)
                              : control::limit_bytes(a.pid, a.device, amount.bytes);
   } catch (const control::ControlError& e) {
-    return fail(e);
+    return fail(a, e);
   }
   if (a.json) {
     nlohmann::ordered_json j = {{"pid", a.pid}, {"device", a.device}, {"limit_bytes", answer.limit_bytes},
@@ -178,7 +186,7 @@ int run_stop(const ControlArgs& a) {
   try {
     released = control::stop(a.pid);
   } catch (const control::ControlError& e) {
-    return fail(e);
+    return fail(a, e);
   }
   auto deadline = start + std::chrono::duration<double>(a.timeout);
   while (control::process_alive(a.pid) && std::chrono::steady_clock::now() < deadline)

@@ -262,6 +262,18 @@ TEST(ControlProcess, UnreachableProcessesGetOneSentence) {
   auto [rc, out] = shell(kGpumem + " stats " + std::to_string(off.pid()) + " 2>&1");
   EXPECT_EQ(rc, 1);
   EXPECT_NE(out.find("GPUMEM_CONTROL=0"), std::string::npos) << out;
+  // With --json every command answers a failure in JSON on stdout, as stats and clear do (reset, limit
+  // and stop printed nothing there).
+  for (const std::string command : {"stats", "clear", "reset", "limit", "stop"}) {
+    const std::string args = command == "limit" ? " 1GiB" : "";
+    auto [json_rc, json_out] = shell(kGpumem + " " + command + " --json " + std::to_string(off.pid()) + args + " 2>/dev/null");
+    EXPECT_EQ(json_rc, 1) << command;
+    const auto j = nlohmann::json::parse(json_out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << command << ": " << json_out;
+    const auto& entry = j.is_array() ? j[0] : j;
+    EXPECT_EQ(entry["pid"], off.pid()) << command;
+    EXPECT_NE(entry["error"].get<std::string>().find("GPUMEM_CONTROL=0"), std::string::npos) << command;
+  }
 }
 
 TEST(ControlProcess, StaleSocketsAreRemovedNotTrusted) {
