@@ -197,6 +197,7 @@ void add_allocators(Snapshot& s, const CollectOptions& options) {
       if (d.limit_bytes > 0) a.limit_bytes = d.limit_bytes;
       a.ooms = d.num_ooms;
       a.alloc_retries = d.num_alloc_retries;
+      a.on_gpu = d.backend.rfind("cuda", 0) == 0;
       // Two allocators of one process found on one GPU are one series (a series twice is invalid).
       auto same = std::find_if(s.allocators.begin(), s.allocators.end(),
                                [&](const AllocatorMetrics& b) { return b.gpu == a.gpu && b.pid == a.pid; });

@@ -82,6 +82,7 @@ void render_dcgm(ExpositionWriter& w, const std::vector<GpuRow>& rows) {
 void render_memory_split(ExpositionWriter& w, const std::vector<GpuRow>& rows, const Snapshot& s) {
   std::map<unsigned, std::pair<long long, long long>> by_gpu;  // allocated, reserved
   for (const AllocatorMetrics& a : s.allocators) {
+    if (!a.on_gpu) continue;
     by_gpu[a.gpu].first += a.allocated_bytes;
     by_gpu[a.gpu].second += a.reserved_bytes;
   }

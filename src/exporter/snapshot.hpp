@@ -50,6 +50,7 @@ struct AllocatorMetrics {
   long long allocated_bytes = 0, reserved_bytes = 0, peak_allocated_bytes = 0, requested_bytes = 0;
   std::optional<long long> largest_free_bytes, limit_bytes;
   long long ooms = 0, alloc_retries = 0;
+  bool on_gpu = true;  // a CUDA backend's; host and sim allocators hold no GPU memory (not in the GPU's split)
 };
 
 struct SampleHealth {

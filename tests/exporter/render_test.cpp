@@ -173,6 +173,23 @@ TEST(ExporterRender, MemorySplitNeverGoesNegative) {
   EXPECT_GT(std::stod(other), 1e18);
 }
 
+// An allocator on the host or sim backend holds no GPU memory: it is not live memory of any GPU.
+TEST(ExporterRender, AllocatorsOffTheGpuAreNotInItsMemorySplit) {
+  Snapshot s = two_gpus();
+  const std::string own = R"(gpu="0",UUID="GPU-aaaa",pci_bus_id="00000000:18:00.0",device="nvidia0",Hostname="node-1")";
+  const auto live = [&](const Snapshot& x) {
+    return samples(render_metrics(x, ExporterCounters{}, Format::kPrometheusText))["gpumem_gpu_memory_bytes{" + own + ",state=\"live\"}"];
+  };
+  const std::string before = live(s);
+  AllocatorMetrics host;
+  host.gpu = 0;
+  host.pid = 4242;
+  host.allocated_bytes = host.reserved_bytes = 1000 * kMiB;
+  host.on_gpu = false;
+  s.allocators.push_back(host);
+  EXPECT_EQ(live(s), before);
+}
+
 TEST(ExporterRender, ProcessesGhostsAndAllocators) {
   ExporterCounters c;
   auto m = samples(render_metrics(two_gpus(), c, Format::kPrometheusText));
