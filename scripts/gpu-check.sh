@@ -19,8 +19,9 @@
 # GPU_CHECK_PARTS picks parts (default all, ~30 min): "tools" (1-4b, 12-14), "train" (5), "time" (5b: step time,
 # untraced, native and gpumem alternated, bench/gpu/step_time.py; GPU_CHECK_TIME_WORKLOADS picks workloads,
 # GPU_CHECK_TIME_VARIANT=VAR=VALUE adds a third arm, e.g. GPUMEM_MAP_AHEAD=0),
-# "procs" (6, 7, 9), "torch" (10, 11), "samples" (8); the device tool's 10-minute calls run it whole as
-# GPU_CHECK_PARTS="tools procs samples", then "train", then "time" (lm,resnet,vit), "time" (generate), "torch".
+# "procs" (6, 7, 9), "torch" (10), "torchcost" (11), "samples" (8); the device tool's 10-minute calls run it
+# whole as GPU_CHECK_PARTS="tools procs samples", then "train", then "time" (lm,resnet,vit), "time" (generate),
+# "torch", then "torchcost" (step 10 alone takes up to ~9 minutes).
 # Exit: 0 every step passed, 1 a step failed or missed its target, 2 an unknown part in GPU_CHECK_PARTS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -44,10 +45,10 @@ if [[ "${1:-}" == "--prepare" ]]; then
   exit 0
 fi
 
-PARTS=" ${GPU_CHECK_PARTS:-tools train time procs torch samples} "
+PARTS=" ${GPU_CHECK_PARTS:-tools train time procs torch torchcost samples} "
 for p in $PARTS; do
-  [[ " tools train time procs torch samples " == *" $p "* ]] ||
-    { echo "gpu-check: unknown part '$p' in GPU_CHECK_PARTS (parts: tools train time procs torch samples)"; exit 2; }
+  [[ " tools train time procs torch torchcost samples " == *" $p "* ]] ||
+    { echo "gpu-check: unknown part '$p' in GPU_CHECK_PARTS (parts: tools train time procs torch torchcost samples)"; exit 2; }
 done
 want() { [[ $PARTS == *" $1 "* ]]; }
 
@@ -219,6 +220,8 @@ fi
 if want torch && [[ "${GPU_CHECK_TORCH:-1}" != 0 ]]; then
   step "10 torch checks: native vs gpumem run" 580 python3 scripts/torch-checks.py --gpumem "$BIN/gpumem" \
     --json "$RES/torch_checks.json" ${TORCH_CHECKS_ONLY:+--only "$TORCH_CHECKS_ONLY"}
+fi
+if want torchcost && [[ "${GPU_CHECK_TORCH:-1}" != 0 ]]; then
   step "11 host cost through torch.empty (1, 64 MiB)" 300 python3 bench/gpu/torch_host_cost.py --gpumem "$BIN/gpumem" \
     --json "$RES/torch_host_cost.json"
 fi
