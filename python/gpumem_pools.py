@@ -10,6 +10,7 @@ calls _install_pool_support(torch). Everything here reaches the library (_load, 
 is None until it loads), _check, _device, deallocate and GpumemError through that module, at call time.
 """
 import ctypes
+import inspect
 import threading
 
 _shim = None  # gpumem_torch, from bind()
@@ -169,6 +170,7 @@ def _wrap_raw_delete(original):
 
 
 _standard_deleter = None  # torch._C._has_Standard_Deleter as PyTorch defines it, once installed
+_native_init_signature = inspect.signature(lambda self, allocator=None, use_on_oom=False, no_split=False: None)
 
 
 def _has_standard_deleter(cdata):
@@ -188,16 +190,31 @@ class MemPool:
     """torch.cuda.MemPool under gpumem: a private pool of gpumem's (PyTorch's own MemPool needs its native
     allocator). Use it as PyTorch documents: torch.cuda.use_mem_pool(pool), torch.cuda.graph(g, pool=pool.id)."""
 
-    def __init__(self, allocator=None, use_on_oom=False, no_split=False):
-        if allocator is not None:
+    def __init__(self, *args, **kwargs):
+        # The installed PyTorch's own parameters: (allocator, use_on_oom, no_split) or (..., symmetric).
+        bound = _native_init_signature.bind(None, *args, **kwargs)
+        bound.apply_defaults()
+        given = dict(bound.arguments)
+        given.pop(next(iter(_native_init_signature.parameters)), None)  # self
+        if given.get("allocator") is not None:
             raise _shim.GpumemError("gpumem: MemPool(allocator=...) cannot be used under gpumem, which is itself "
                                     "the process's allocator; create MemPool() without an allocator")
+        if given.get("symmetric"):
+            raise _shim.GpumemError("gpumem: MemPool(symmetric=True) registers the pool with NCCL through PyTorch's "
+                                    "own allocator, which gpumem replaces; run this program without gpumem run")
         import torch
         self._device = torch.cuda.current_device()
         self._id = (_POOL_TAG | next(_pool_serial), 0)
         self.allocator = None
-        self.use_on_oom, self.no_split = use_on_oom, no_split
-        _shim._check(_shim._load().gpumem_pool_incref(self._device, *self._id))
+        self.use_on_oom, self.no_split = bool(given.get("use_on_oom")), bool(given.get("no_split"))
+        lib = _shim._load()
+        _shim._check(lib.gpumem_pool_incref(self._device, *self._id))
+        if self.use_on_oom:  # an allocation outside every pool takes this pool's free blocks before failing
+            _shim._check(lib.gpumem_pool_set_use_on_oom(self._device, *self._id, 1))
+
+    @property
+    def is_symmetric(self):
+        return False
 
     @property
     def id(self):
@@ -227,5 +244,15 @@ def _install_pool_support(torch):
         _standard_deleter = C._has_Standard_Deleter
         C._has_Standard_Deleter = _has_standard_deleter
         C._free_And_Remove_DeleterFn = _wrap_free_and_remove_deleter(C._free_And_Remove_DeleterFn)
+    global _native_init_signature
+    native = getattr(torch.cuda, "MemPool", None)
+    if native is not None and native is not MemPool:
+        try:
+            signature = inspect.signature(native.__init__)
+        except (TypeError, ValueError):  # a C-level __init__ without a signature: keep the default above
+            signature = None
+        variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        if signature is not None and not any(p.kind in variadic for p in signature.parameters.values()):
+            _native_init_signature = signature
     torch.cuda.MemPool = MemPool
     torch.cuda.memory.MemPool = MemPool

@@ -81,6 +81,7 @@ def _load():
         "gpumem_pool_incref": (c.c_int, [c.c_int, c.c_ulonglong, c.c_ulonglong]),
         "gpumem_pool_release": (c.c_int, [c.c_int, c.c_ulonglong, c.c_ulonglong]),
         "gpumem_pool_use_count": (c.c_int, [c.c_int, c.c_ulonglong, c.c_ulonglong]),
+        "gpumem_pool_set_use_on_oom": (c.c_int, [c.c_int, c.c_ulonglong, c.c_ulonglong, c.c_int]),
         "gpumem_pool_live_blocks": (c.c_long, [c.c_int, c.c_ulonglong, c.c_ulonglong,
                                                c.POINTER(c.c_size_t), c.c_size_t]),
         "gpumem_pool_checkpoint": (c.c_long, [c.c_int, c.c_ulonglong, c.c_ulonglong]),
@@ -252,10 +253,10 @@ _oom_observers = []
 _OOM_OBSERVER_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t)
 
 
-def _call_oom_observers(device, requested, device_allocated, device_free):
+def _call_oom_observers(device, requested, device_allowed, device_free):
     for observer in list(_oom_observers):
         try:
-            observer(device, requested, device_allocated, device_free)
+            observer(device, requested, device_allowed, device_free)
         except Exception as e:  # an observer must not turn the OOM into a crash inside the allocator
             sys.stderr.write(f"gpumem: out-of-memory observer {observer!r} raised {e!r}\n")
 
@@ -264,8 +265,8 @@ _oom_trampoline = _OOM_OBSERVER_TYPE(_call_oom_observers)
 
 
 def attach_out_of_memory_observer(observer):
-    """torch._C._cuda_attach_out_of_memory_observer: observer(device, alloc, device_allocated, device_free)
-    runs on each out of memory, before the exception is raised."""
+    """torch._C._cuda_attach_out_of_memory_observer: observer(device, alloc, device_allowed, device_free)
+    runs on each out of memory (device_allowed: the limit, else the device's total, as PyTorch passes), before the exception is raised."""
     if not callable(observer):
         raise TypeError("gpumem: the out-of-memory observer must be callable")
     if not _oom_observers:

@@ -220,6 +220,7 @@ def out_of_memory_observer():
     except torch.cuda.OutOfMemoryError:
         pass
     assert len(seen) == 1 and seen[0][1] >= 1 << 50, seen
+    assert seen[0][2] == torch.cuda.mem_get_info()[1], ("device total third, as PyTorch passes", seen)
 
 
 @check("HF accelerate find_executable_batch_size pattern")

@@ -104,6 +104,10 @@ class Allocator {
   void create_or_incref_pool(PoolId pool);
   void release_pool(PoolId pool) noexcept;
   int pool_use_count(PoolId pool) const;  // 0 for an unknown or released pool
+  // torch.cuda.MemPool(use_on_oom=True): an allocation outside every private pool that would fail takes a
+  // cached free block of this live pool on its stream instead (never growing it); the block then belongs
+  // to the pool. Throws gpumem::Error for a pool not in use.
+  void set_pool_use_on_oom(PoolId pool, bool on);
   // Addresses of the blocks the program holds in the pool.
   std::vector<DevicePtr> pool_live_blocks(PoolId pool) const;
   PoolCheckpoint checkpoint_pool(PoolId pool) const;

@@ -26,8 +26,9 @@ const char* gpumem_oom_marker(void);
 /* 1 when gpumem_malloc's out-of-memory is a c10::OutOfMemoryError (PyTorch's libc10 is loaded), else 0. */
 int gpumem_torch_oom_available(void);
 /* Called by gpumem_malloc and gpumem_allocate on each out of memory, before they fail, on the allocating thread (like
- * torch._C._cuda_attach_out_of_memory_observer's observers). NULL removes it; one observer at a time. */
-typedef void (*gpumem_oom_observer_fn)(int device, size_t requested, size_t device_allocated, size_t device_free);
+ * torch._C._cuda_attach_out_of_memory_observer's observers, with PyTorch's arguments: device_allowed is the
+ * process's limit on the device, or the device's total memory without one). NULL removes it; one at a time. */
+typedef void (*gpumem_oom_observer_fn)(int device, size_t requested, size_t device_allowed, size_t device_free);
 int gpumem_set_oom_observer(gpumem_oom_observer_fn observer);
 
 /* CUDAPluggableAllocator entry points (torch.cuda.memory.CUDAPluggableAllocator and its set_*_fn hooks).
@@ -86,6 +87,9 @@ long gpumem_trace_stop(void);
 int gpumem_pool_incref(int device, unsigned long long a, unsigned long long b);
 int gpumem_pool_release(int device, unsigned long long a, unsigned long long b);
 int gpumem_pool_use_count(int device, unsigned long long a, unsigned long long b);
+/* MemPool(use_on_oom=True): an allocation outside every pool that would run out of memory takes a cached free
+ * block of this pool (on its stream) instead. GPUMEM_E_INVALID for a pool not in use. */
+int gpumem_pool_set_use_on_oom(int device, unsigned long long a, unsigned long long b, int on);
 long gpumem_pool_live_blocks(int device, unsigned long long a, unsigned long long b, uintptr_t* out, size_t cap);
 long gpumem_pool_checkpoint(int device, unsigned long long a, unsigned long long b);
 long gpumem_pool_restore(long handle, uintptr_t* out, size_t cap);

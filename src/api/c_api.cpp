@@ -38,7 +38,9 @@ std::atomic<gpumem_oom_observer_fn> oom_observer{nullptr};
 
 void notify_oom_observer(int device, std::size_t size, const OutOfMemoryError& e) {
   if (gpumem_oom_observer_fn observer = oom_observer.load(std::memory_order_acquire))
-    observer(device < 0 ? current_device() : device, size, e.state().allocated, e.state().device_free);
+    // As PyTorch's observers: the memory the process may use (its limit, else the device's total) third.
+    observer(device < 0 ? current_device() : device, size, e.state().limit ? e.state().limit : e.state().device_total,
+             e.state().device_free);
 }
 
 // The fraction last set per device, so get_per_process_memory_fraction returns it exactly (the limit it
@@ -95,7 +97,10 @@ void gpumem_free(void* ptr, size_t /*size*/, int device, void* stream) {
     tls_last_error = "gpumem: free of a pointer no gpumem allocator handed out";
     return;
   }
-  a->deallocate(ptr, stream_id(stream));
+  if (a->try_deallocate(ptr, stream_id(stream)) != FreeResult::unknown_pointer) return;
+  // Another device's block, freed under the wrong current device: its owner takes it back.
+  if (Allocator* owner = owner_of(ptr); owner && owner != a) return owner->deallocate(ptr, stream_id(stream));
+  a->deallocate(ptr, stream_id(stream));  // reports the invalid free
 }
 
 void gpumem_empty_cache(void) { gpumem_empty_cache_checked(); }
@@ -136,11 +141,14 @@ int gpumem_allocate(size_t size, int device, void* stream, void** out) {
 int gpumem_deallocate(void* ptr, int device, void* stream) {
   if (!ptr) return GPUMEM_OK;
   Allocator* a = find_default_allocator(device);
+  if (!a) a = owner_of(ptr);
   if (!a) {
     tls_last_error = "gpumem_deallocate: device " + std::to_string(device) + " has no allocator";
     return GPUMEM_E_INVALID;
   }
   FreeResult result = a->try_deallocate(ptr, stream_id(stream));
+  if (result == FreeResult::unknown_pointer)  // another device's block (graph trees free without a device guard)
+    if (Allocator* owner = owner_of(ptr); owner && owner != a) result = owner->try_deallocate(ptr, stream_id(stream));
   switch (result) {
     case FreeResult::ok:
     case FreeResult::null_pointer:

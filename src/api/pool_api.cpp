@@ -59,6 +59,10 @@ int gpumem_pool_release(int device, unsigned long long a, unsigned long long b) 
   return api::guarded([&] { default_allocator(device).release_pool({a, b}); });
 }
 
+int gpumem_pool_set_use_on_oom(int device, unsigned long long a, unsigned long long b, int on) {
+  return api::guarded([&] { default_allocator(device).set_pool_use_on_oom({a, b}, on != 0); });
+}
+
 int gpumem_pool_use_count(int device, unsigned long long a, unsigned long long b) {
   int count = 0;
   int rc = api::guarded([&] { count = default_allocator(device).pool_use_count({a, b}); });

@@ -72,6 +72,7 @@ Loaded load(const char* path) {
   bind(lib, d.cuEventRecord, "cuEventRecord", e);
   bind(lib, d.cuEventQuery, "cuEventQuery", e);
   bind(lib, d.cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode", e);
+  d.cuStreamGetCtx = reinterpret_cast<decltype(d.cuStreamGetCtx)>(dlsym(lib, "cuStreamGetCtx"));
   if (!e.empty()) return out;  // the library stays loaded: unloading a driver mid-process is never safe
 
   CUresult r = d.cuInit(0);

@@ -104,6 +104,8 @@ struct Driver {
   CUresult (*cuEventRecord)(CUevent event, CUstream stream);
   CUresult (*cuEventQuery)(CUevent event);
   CUresult (*cuThreadExchangeStreamCaptureMode)(int* mode);
+  // Optional (nullptr when the driver lacks it).
+  CUresult (*cuStreamGetCtx)(CUstream stream, CUcontext* ctx);
 };
 
 // Loads libcuda.so.1 (or $GPUMEM_LIBCUDA) once and calls cuInit(0). Throws BackendUnavailableError with

@@ -19,8 +19,27 @@ CUevent CudaEventPool::take() {
   return e;
 }
 
+CUevent CudaEventPool::take_foreign() {
+  CUevent e = nullptr;
+  check(driver().cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  try {
+    std::lock_guard<std::mutex> lock(mutex_);
+    foreign_.emplace(e, true);
+  } catch (...) {
+    driver().cuEventDestroy(e);
+    throw;
+  }
+  return e;
+}
+
 void CudaEventPool::give(CUevent event) noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (!foreign_.empty())
+    if (auto f = foreign_.find(event); f != foreign_.end()) {
+      foreign_.erase(f);
+      driver().cuEventDestroy(event);
+      return;
+    }
   auto it = all_.find(event);
   if (it == all_.end() || !it->second) return;  // unknown or already given back
   it->second = false;
@@ -30,7 +49,9 @@ void CudaEventPool::give(CUevent event) noexcept {
 void CudaEventPool::destroy_all() noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& [e, in_use] : all_) driver().cuEventDestroy(e);
+  for (auto& [e, in_use] : foreign_) driver().cuEventDestroy(e);
   all_.clear();
+  foreign_.clear();
   free_.clear();
 }
 

@@ -10,6 +10,7 @@ void Allocator::begin_allocate_to_pool(PoolId pool, PoolFilter filter) { impl_->
 void Allocator::end_allocate_to_pool(PoolId pool) noexcept { impl_->privates.end(pool); }
 void Allocator::create_or_incref_pool(PoolId pool) { impl_->privates.incref(pool); }
 int Allocator::pool_use_count(PoolId pool) const { return impl_->privates.use_count(pool); }
+void Allocator::set_pool_use_on_oom(PoolId pool, bool on) { impl_->privates.set_use_on_oom(pool, on); }
 
 void Allocator::release_pool(PoolId pool) noexcept {
   Impl& d = *impl_;

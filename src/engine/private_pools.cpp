@@ -22,7 +22,7 @@ const PrivatePools::Pool* PrivatePools::find(PoolId id) const {
 
 PrivatePools::Pool& PrivatePools::find_or_create(PoolId id) {
   if (Pool* p = find(id)) return *p;
-  pools_.push_back(Pool{id, 0, {}});
+  pools_.push_back(Pool{id, 0, {}, false});
   return pools_.back();
 }
 
@@ -74,7 +74,9 @@ bool PrivatePools::release(PoolId id) noexcept {
   std::lock_guard lock(mutex_);
   Pool* p = find(id);
   if (!p || p->use_count == 0) return false;
-  return --p->use_count == 0;
+  if (--p->use_count > 0) return false;
+  p->use_on_oom = false;  // a released pool serves no fallback (PyTorch's ~MemPool does the same)
+  return true;
 }
 
 int PrivatePools::use_count(PoolId id) const {
@@ -94,6 +96,23 @@ std::vector<StreamPool*> PrivatePools::in_use() const {
   std::vector<StreamPool*> out;
   for (const Pool& p : pools_)
     if (p.use_count > 0) out.insert(out.end(), p.pools.begin(), p.pools.end());
+  return out;
+}
+
+void PrivatePools::set_use_on_oom(PoolId id, bool on) {
+  std::lock_guard lock(mutex_);
+  Pool* p = find(id);
+  if (!p || p->use_count == 0) throw Error("gpumem: private pool " + pool_name(id) + " is not in use");
+  p->use_on_oom = on;
+}
+
+std::vector<StreamPool*> PrivatePools::oom_fallbacks(StreamId stream) const {
+  std::lock_guard lock(mutex_);
+  std::vector<StreamPool*> out;
+  for (const Pool& p : pools_)
+    if (p.use_on_oom && p.use_count > 0)
+      for (StreamPool* sp : p.pools)
+        if (sp->stream() == stream) out.push_back(sp);
   return out;
 }
 

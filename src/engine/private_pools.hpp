@@ -43,12 +43,17 @@ class PrivatePools {
   std::vector<StreamPool*> in_use() const;
   // Freeable pools whose stream pools hold nothing any more become spares. Call after releasing memory.
   void retire_empty() noexcept;
+  // torch.cuda.MemPool(use_on_oom=True): a live pool whose free blocks an allocation outside every pool may
+  // take as a last resort before it fails. oom_fallbacks lists those pools' stream pools on `stream`.
+  void set_use_on_oom(PoolId pool, bool on);
+  std::vector<StreamPool*> oom_fallbacks(StreamId stream) const;
 
  private:
   struct Pool {
     PoolId id;
     int use_count = 0;
     std::vector<StreamPool*> pools;
+    bool use_on_oom = false;
   };
   struct Capture {
     PoolId id;

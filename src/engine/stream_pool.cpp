@@ -34,7 +34,10 @@ void PoolLock::unlock() noexcept {
   spin_.unlock();
 }
 
-Block* StreamPool::allocate(std::size_t request) {
+Block* StreamPool::allocate(std::size_t request) { return allocate(request, true); }
+Block* StreamPool::allocate_cached(std::size_t request) { return allocate(request, false); }
+
+Block* StreamPool::allocate(std::size_t request, bool may_grow) {
   std::size_t size = (request + kRound - 1) / kRound * kRound;
   Arena& arena = request <= kSmallRequestLimit ? small_ : large_;
   if (!pending_.empty() && !capturing()) process_pending(false);
@@ -51,6 +54,7 @@ Block* StreamPool::allocate(std::size_t request) {
   } else {
     flush_parked();
     b = arena.find(size);
+    if (!b && !may_grow) return nullptr;
     if (!b) b = arena.grow(size);
     b = arena.take(b, size);
     refresh_inactive_split(b->small);
@@ -175,8 +179,8 @@ void StreamPool::process_pending(bool wait) noexcept {
     }
   }
   auto done = [&](Pending& p) {
-    if (synced) return true;
-    if (p.needs_sync) return false;
+    if (p.needs_sync) return synced;
+    // Even after a synchronize: an event on another GPU's stream (record_stream) is not covered by it.
     for (EventHandle e : p.events) {
       try {
         if (!backend_.event_done(e)) return false;

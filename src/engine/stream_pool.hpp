@@ -47,6 +47,8 @@ class StreamPool {
 
   // All below require lock() held.
   Block* allocate(std::size_t request);  // throws OutOfMemoryError
+  // A cached free block only, never growth: nullptr when none fits (MemPool(use_on_oom=True) fallback).
+  Block* allocate_cached(std::size_t request);
   // Returns false if ptr is not live in this pool.
   bool deallocate(DevicePtr ptr, StreamId free_stream) noexcept;
   Block* find_live(DevicePtr ptr) const noexcept { return live_.find(ptr); }
@@ -103,6 +105,7 @@ class StreamPool {
     bool deferred;    // freed during a capture: its events are recorded once no capture is underway
   };
   bool capturing() const noexcept { return captures_.load(std::memory_order_relaxed) != 0; }
+  Block* allocate(std::size_t request, bool may_grow);
   void record_deferred_events(Pending& p) noexcept;
   void account(Block* b, bool allocated) noexcept;
   void account_active(Block* b, bool active) noexcept;

@@ -98,6 +98,21 @@ TEST(CApi, BadFreesAreReportedAndHarmless) {
   EXPECT_EQ(gpumem_memory_allocated(5), 0u);
 }
 
+// CUDA graph trees free a restored block with raw_delete under whatever device is current (no guard); PyTorch
+// finds the block by its pointer on any device, so gpumem's owner takes it back.
+TEST(CApi, AnotherDevicesBlockIsFreedByItsOwner) {
+  void* on_seven = nullptr;
+  void* on_eight = nullptr;
+  ASSERT_EQ(gpumem_allocate(4096, 7, nullptr, &on_seven), GPUMEM_OK);
+  ASSERT_EQ(gpumem_allocate(8192, 8, nullptr, &on_eight), GPUMEM_OK);
+  EXPECT_EQ(gpumem_deallocate(on_eight, 7, nullptr), GPUMEM_OK) << gpumem_last_error();
+  EXPECT_EQ(gpumem_memory_allocated(8), 0u);
+  EXPECT_EQ(gpumem_memory_allocated(7), 4096u);
+  gpumem_free(on_seven, 4096, 8, nullptr);  // PyTorch's pluggable free, the wrong device passed
+  EXPECT_EQ(gpumem_memory_allocated(7), 0u);
+  EXPECT_EQ(gpumem_deallocate(on_seven, 8, nullptr), GPUMEM_E_INVALID) << "freed once only";
+}
+
 TEST(CApi, TextBuffersReportTheLengthTheyNeed) {
   void* p = nullptr;
   ASSERT_EQ(gpumem_allocate(1 << 20, 6, nullptr, &p), GPUMEM_OK);

@@ -15,14 +15,14 @@ namespace {
 
 struct Observed {
   int calls = 0, device = -2;
-  std::size_t requested = 0, allocated = 0;
+  std::size_t requested = 0, allowed = 0;
 } observed;
 
-void observer(int device, size_t requested, size_t device_allocated, size_t /*device_free*/) {
+void observer(int device, size_t requested, size_t device_allowed, size_t /*device_free*/) {
   ++observed.calls;
   observed.device = device;
   observed.requested = requested;
-  observed.allocated = device_allocated;
+  observed.allowed = device_allowed;
 }
 
 class TorchOom : public ::testing::Test {
@@ -78,10 +78,14 @@ TEST_F(TorchOom, ObserverSeesEachOutOfMemoryBeforeTheThrow) {
   EXPECT_EQ(observed.calls, 1);
   EXPECT_EQ(observed.device, 3);
   EXPECT_EQ(observed.requested, std::size_t(1) << 45);
-  EXPECT_EQ(observed.allocated, std::size_t(3) << 20);
+  EXPECT_EQ(observed.allowed, std::size_t(64) << 20) << "PyTorch passes the device's total without a limit";
+  ASSERT_EQ(gpumem_set_limit(16 << 20, 3), GPUMEM_OK);
+  EXPECT_THROW(gpumem_malloc(ssize_t(20) << 20, 3, nullptr), c10::OutOfMemoryError);
+  EXPECT_EQ(observed.calls, 2);
+  EXPECT_EQ(observed.allowed, std::size_t(16) << 20) << "and the allowed maximum under one";
   gpumem_set_oom_observer(nullptr);
   EXPECT_THROW(gpumem_malloc(ssize_t(1) << 45, 3, nullptr), c10::OutOfMemoryError);
-  EXPECT_EQ(observed.calls, 1);
+  EXPECT_EQ(observed.calls, 2);
   gpumem_free(held, 3 << 20, 3, nullptr);
 }
 

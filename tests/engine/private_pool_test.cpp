@@ -243,5 +243,61 @@ TEST(PrivatePool, OutOfMemoryDuringCaptureSaysWhyTheCacheStayed) {
   EXPECT_NE(a.allocate(kMiB, 0), nullptr) << "the allocator goes on after it";
 }
 
+// torch.cuda.MemPool(use_on_oom=True): PyTorch's last resort before an out of memory is a free block of such
+// a pool, on the allocating stream; the block then belongs to the pool. The pool never grows for it, a pool
+// without the flag or a released one is never used, and a live block of the pool is never handed out.
+TEST(PrivatePool, UseOnOomPoolServesAnAllocationThatWouldFail) {
+  const PoolId plain{0, 2};
+  Allocator a(sim(std::size_t(256) * kMiB));
+  a.create_or_incref_pool(kPool);
+  a.create_or_incref_pool(plain);
+  EXPECT_THROW(a.set_pool_use_on_oom({0, 99}, true), Error) << "a pool not in use";
+  a.set_pool_use_on_oom(kPool, true);
+  auto fill = [&](PoolId pool, std::size_t bytes) {
+    a.begin_allocate_to_pool(pool, [](StreamId) { return true; });
+    void* p = a.allocate(bytes, 0);
+    a.end_allocate_to_pool(pool);
+    return p;
+  };
+  void* pooled = fill(kPool, 100 * kMiB);
+  void* plain_block = fill(plain, 100 * kMiB);
+  void* pooled_live = fill(kPool, 20 * kMiB);
+  const Range pooled_range = range_of(a, pooled);
+  a.deallocate(pooled, 0);
+  a.deallocate(plain_block, 0);
+  // 220 MiB reserved in the pools (20 live), 36 MiB of the device left: 90 MiB fits only in a freed block.
+  EXPECT_THROW(a.allocate(120 * kMiB, 1), OutOfMemoryError) << "another stream's request takes nothing";
+  void* got = a.allocate(90 * kMiB, 0);
+  ASSERT_NE(got, nullptr);
+  const Range got_range = range_of(a, got);
+  EXPECT_TRUE(got_range.overlaps(pooled_range)) << "served from the use_on_oom pool's free block";
+  EXPECT_FALSE(got_range.overlaps(range_of(a, pooled_live)));
+  auto live = a.pool_live_blocks(kPool);
+  EXPECT_NE(std::find(live.begin(), live.end(), reinterpret_cast<DevicePtr>(got)), live.end()) << "it belongs to the pool";
+  EXPECT_THROW(a.allocate(150 * kMiB, 0), OutOfMemoryError) << "the pool is never grown for a fallback";
+  a.deallocate(got, 0);
+  a.release_pool(kPool);  // released: no fallback any more (PyTorch's ~MemPool)
+  a.deallocate(pooled_live, 0);
+  a.release_pool(plain);
+  a.check_invariants();
+}
+
+TEST(PrivatePool, AReleasedPoolServesNoFallback) {
+  Allocator a(sim(std::size_t(128) * kMiB));
+  a.create_or_incref_pool(kPool);
+  a.set_pool_use_on_oom(kPool, true);
+  a.begin_allocate_to_pool(kPool, [](StreamId) { return true; });
+  void* pooled = a.allocate(100 * kMiB, 0);
+  a.end_allocate_to_pool(kPool);
+  a.create_or_incref_pool(kPool);  // a second user keeps it alive
+  a.release_pool(kPool);
+  a.release_pool(kPool);  // the last user is gone: its free memory goes back, no fallback is left
+  void* out = a.allocate(8 * kMiB, 0);
+  a.deallocate(pooled, 0);  // a live block outlives its pool; freed now, it goes back to the device
+  EXPECT_NO_THROW(a.deallocate(a.allocate(100 * kMiB, 0), 0));
+  a.deallocate(out, 0);
+  a.check_invariants();
+}
+
 }  // namespace
 }  // namespace gpumem

@@ -122,11 +122,23 @@ class InstallWithTorchDouble(unittest.TestCase):
                 torch.cuda.MemPool(allocator=object())
             except gpumem_torch.GpumemError as e:
                 print("ERR", e)
-            del pool, state
+            on_oom = torch.cuda.MemPool(None, True)     # the installed PyTorch's parameters, by position too
+            assert on_oom.use_on_oom and not on_oom.is_symmetric and on_oom.use_count() == 1
+            try:
+                torch.cuda.MemPool(symmetric=True)
+            except gpumem_torch.GpumemError as e:
+                print("SYM", e)
+            try:
+                torch.cuda.MemPool(no_split=True)        # not a parameter of this PyTorch's MemPool
+            except TypeError as e:
+                print("TYPE", e)
+            del pool, state, on_oom
             print("OK")
         """)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("ERR gpumem: MemPool(allocator=...)", r.stdout)
+        self.assertIn("SYM gpumem: MemPool(symmetric=True)", r.stdout)
+        self.assertIn("TYPE", r.stdout)
         self.assertIn("OK", r.stdout)
 
     def test_graph_tree_restore_gives_live_storages_to_gpumem(self):
@@ -353,7 +365,9 @@ class TorchMemoryApi(unittest.TestCase):
                 gpumem_torch.allocate(1 << 50, device=0)
             except gpumem_torch.OutOfMemoryError as e:
                 assert gpumem_torch.is_out_of_memory(e)
-            assert seen == [(0, 1 << 50, 2 << 20, seen[0][3])], seen
+            # PyTorch's arguments: the device's total third (no limit), then its free memory
+            assert seen == [(0, 1 << 50, 256 << 20, seen[0][3])], seen
+            assert seen[0][2] == gpumem_torch.mem_get_info(0)[1], seen
             assert not gpumem_torch.is_out_of_memory(RuntimeError("CUDA error: an illegal memory access"))
             assert gpumem_torch.is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate"))
             print("OK", gpumem_torch.oom_marker())

@@ -30,6 +30,7 @@ struct CUstream_st {
 struct CUevent_st {
   bool done = true;  // work before it finished
   CUstream stream = nullptr;
+  CUctx_st* context = nullptr;  // the one current when it was made: it records only that context's streams
 };
 }  // namespace gpumem::cuda
 
@@ -75,6 +76,7 @@ struct FakeDriver {
   CUdeviceptr next_plain = CUdeviceptr(0x500000000000);
   FakeCudaState counts;
   std::set<CUevent> events;
+  std::set<CUstream> streams;  // made by cuStreamCreate (tests also pass made-up handles: any context's)
   bool hold_work = false;  // recorded events stay pending until their stream or the device is synchronized
   struct Fault {
     std::string call;
@@ -237,17 +239,32 @@ CUresult synchronize(CUstream stream, bool all) {
   FakeDriver& d = the();
   std::lock_guard lock(d.mutex);
   if (!has_context()) return broke(d, kInvalidContext);
-  for (CUevent e : d.events)
-    if (all || e->stream == stream) e->done = true;
+  for (CUevent e : d.events)  // a context's synchronize covers its own work only
+    if ((all && e->context == current) || e->stream == stream) e->done = true;
   return CUDA_SUCCESS;
 }
 FAKE_CU cuCtxSynchronize() { return synchronize(nullptr, true); }
 FAKE_CU cuStreamSynchronize(CUstream stream) { return synchronize(stream, false); }
 FAKE_CU cuStreamCreate(CUstream* s, unsigned) {
-  if (!has_context()) return broke(the(), kInvalidContext);
-  return *s = new CUstream_st{current->device}, CUDA_SUCCESS;
+  FakeDriver& d = the();
+  std::lock_guard lock(d.mutex);
+  if (!has_context()) return broke(d, kInvalidContext);
+  *s = new CUstream_st{current->device};
+  d.streams.insert(*s);
+  return CUDA_SUCCESS;
 }
-FAKE_CU cuStreamDestroy_v2(CUstream s) { return delete s, CUDA_SUCCESS; }
+FAKE_CU cuStreamDestroy_v2(CUstream s) {
+  FakeDriver& d = the();
+  std::lock_guard lock(d.mutex);
+  if (!d.streams.erase(s)) return broke(d, kInvalidHandle);
+  return delete s, CUDA_SUCCESS;
+}
+FAKE_CU cuStreamGetCtx(CUstream s, CUcontext* ctx) {
+  FakeDriver& d = the();
+  std::lock_guard lock(d.mutex);
+  *ctx = d.streams.count(s) ? &d.contexts[s->device] : current;
+  return CUDA_SUCCESS;
+}
 
 FAKE_CU cuMemGetInfo_v2(std::size_t* free, std::size_t* total) {
   FakeDriver& d = the();
@@ -431,6 +448,7 @@ FAKE_CU cuEventCreate(CUevent* e, unsigned) {
   if (CUresult r = injected(d, "cuEventCreate")) return r;
   if (!has_context()) return broke(d, kInvalidContext);
   *e = new CUevent_st;
+  (*e)->context = current;
   d.events.insert(*e);
   ++d.counts.events;
   return CUDA_SUCCESS;
@@ -449,6 +467,7 @@ FAKE_CU cuEventRecord(CUevent e, CUstream stream) {
   if (CUresult r = injected(d, "cuEventRecord")) return r;
   if (!has_context()) return broke(d, kInvalidContext);
   if (!d.events.count(e)) return broke(d, kInvalidHandle);
+  if (d.streams.count(stream) && e->context != &d.contexts[stream->device]) return broke(d, kInvalidHandle);
   e->done = !d.hold_work;
   e->stream = stream;
   return CUDA_SUCCESS;

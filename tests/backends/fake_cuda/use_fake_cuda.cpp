@@ -5,5 +5,9 @@
 #include "backends/fake_cuda/fake_cuda.hpp"
 
 namespace {
-const bool use_fake_cuda = [] { return setenv("GPUMEM_LIBCUDA", gpumem::testing::fake_cuda_path().c_str(), 1) == 0; }();
+// Two devices: a stream of the second one is another context's (cross-device record_stream).
+const bool use_fake_cuda = [] {
+  return setenv("GPUMEM_LIBCUDA", gpumem::testing::fake_cuda_path().c_str(), 1) == 0 &&
+         setenv("GPUMEM_FAKE_CUDA_DEVICES", "2", 0) == 0;
+}();
 }  // namespace
