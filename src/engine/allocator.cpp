@@ -27,7 +27,10 @@ void* Allocator::allocate(std::size_t bytes, StreamId stream) {
           failure = e.what();
         }
       }
-      d.throw_oom(bytes, stream, failure + "; a CUDA graph capture is underway, so the cache cannot be released", false, 0);
+      d.throw_oom(bytes, stream,
+                  failure + "; allocations are being routed to a private pool (a CUDA graph capture or "
+                            "torch.cuda.use_mem_pool), so the cache is not released",
+                  false, 0);
     }
   }
   StreamPool& pool = d.pool_for(stream);

@@ -122,16 +122,19 @@ class InstallWithTorchDouble(unittest.TestCase):
                 torch.cuda.MemPool(allocator=object())
             except gpumem_torch.GpumemError as e:
                 print("ERR", e)
-            on_oom = torch.cuda.MemPool(None, True)     # the installed PyTorch's parameters, by position too
-            assert on_oom.use_on_oom and not on_oom.is_symmetric and on_oom.use_count() == 1
+            on_oom = torch.cuda.MemPool(None, True, True)  # the installed PyTorch's parameters, by position too
+            assert on_oom.use_on_oom and on_oom.no_split and not on_oom.is_symmetric and on_oom.use_count() == 1
             try:
-                torch.cuda.MemPool(symmetric=True)
-            except gpumem_torch.GpumemError as e:
-                print("SYM", e)
-            try:
-                torch.cuda.MemPool(no_split=True)        # not a parameter of this PyTorch's MemPool
+                torch.cuda.MemPool(symmetric=True)        # a later PyTorch's parameter, not this one's
             except TypeError as e:
                 print("TYPE", e)
+            import gpumem_pools, inspect
+            gpumem_pools._native_init_signature = inspect.signature(lambda self, allocator=None, use_on_oom=False,
+                                                                     symmetric=False: None)
+            try:
+                torch.cuda.MemPool(symmetric=True)        # where PyTorch has it: NCCL needs PyTorch's allocator
+            except gpumem_torch.GpumemError as e:
+                print("SYM", e)
             del pool, state, on_oom
             print("OK")
         """)

@@ -92,7 +92,7 @@ class CUDAPluggableAllocator:
 
 
 class MemPool:
-    def __init__(self, allocator=None, use_on_oom=False, symmetric=False):  # PyTorch 2.11's parameters
+    def __init__(self, allocator=None, use_on_oom=False, no_split=False):  # PyTorch 2.11's parameters
         raise RuntimeError("CUDAPluggableAllocator does not yet support createOrIncrefPool")
 
 
