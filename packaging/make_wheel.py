@@ -3,10 +3,15 @@
   gpumem/              the Python package (python/gpumem/: monitoring API, notebook helpers)
   gpumem/_bin/         the gpumem binary, libgpumem.so and the PyTorch shim, together as in the build folder,
                        so `gpumem run` finds them beside itself; libgpumem_monitor.so, which gpumem.gpus() loads
+  gpumem_torch.py ...  the PyTorch shim again as top-level modules, so `import gpumem_torch` works as the README
+                       says without `gpumem run` (it finds gpumem/_bin/libgpumem.so from site-packages)
 The console entry point `gpumem` (gpumem._cli:main) execs gpumem/_bin/gpumem. gpumem-exporter stays out: it
-needs Debian's cpp-httplib, which other distributions lack (`gpumem exporter` then says so).
-The platform tag is manylinux_2_X_x86_64 with X the highest GLIBC_2.X symbol version the binaries import
-(objdump -T), so pip refuses the wheel where glibc is older.
+needs Debian's cpp-httplib, which other distributions lack (`gpumem exporter` says it is not part of the wheel
+and where it comes from).
+The platform tag is linux_x86_64, not manylinux: the gpumem binary links ncurses (libncursesw.so.6,
+libtinfo.so.6; `gpumem top`), which no manylinux policy lets a wheel take from the system (pip would no longer
+refuse it where glibc is too old, so METADATA's Requires-External says what the binaries need: glibc >= 2.X, X
+the highest GLIBC_2.X symbol version they import (objdump -T), and ncurses).
 
 Usage: make_wheel.py BUILD_DIR SOURCE_DIR VERSION OUT_DIR   (prints the wheel's path)
 """
@@ -22,6 +27,7 @@ import zipfile
 
 BINARIES = ["gpumem", "libgpumem.so", "libgpumem_monitor.so"]
 SHIM = ["gpumem_torch.py", "gpumem_ipc.py", "gpumem_history.py", "gpumem_pools.py", "gpumem_sitecustomize.py"]
+TOP_LEVEL = ["gpumem_torch", "gpumem_ipc", "gpumem_history", "gpumem_pools"]  # importable after pip install
 
 
 def glibc_minor(paths):
@@ -57,22 +63,29 @@ def build(build_dir, source_dir, version, out_dir):
             files[f"gpumem/_bin/{name}"] = (dst, name == "gpumem")
         for name in SHIM:
             files[f"gpumem/_bin/{name}"] = (os.path.join(source_dir, "python", name), False)
+        for module in TOP_LEVEL:
+            files[f"{module}.py"] = (os.path.join(source_dir, "python", f"{module}.py"), False)
         package = os.path.join(source_dir, "python", "gpumem")
         for name in sorted(os.listdir(package)):
             if name.endswith(".py"):
                 files[f"gpumem/{name}"] = (os.path.join(package, name), False)
 
-        tag = f"py3-none-manylinux_2_{glibc_minor([os.path.join(tmp, b) for b in BINARIES])}_x86_64"
+        # Honest tag (see the top): manylinux would promise that only glibc & co. are needed.
+        glibc = glibc_minor([os.path.join(tmp, b) for b in BINARIES])
+        tag = "py3-none-linux_x86_64"
         dist_info = f"gpumem-{version}.dist-info"
         meta = {
             f"{dist_info}/METADATA": (
                 f"Metadata-Version: 2.1\nName: gpumem\nVersion: {version}\n"
                 "Summary: see, explain and control GPU memory: caching allocator, monitor, notebook helpers\n"
-                "Requires-Python: >=3.8\n"),
+                "Requires-Python: >=3.8\n"
+                f"Requires-External: glibc (>=2.{glibc})\n"
+                "Requires-External: libncursesw6\n"
+                "Requires-External: libtinfo6\n"),
             f"{dist_info}/WHEEL": (
                 f"Wheel-Version: 1.0\nGenerator: gpumem make_wheel.py\nRoot-Is-Purelib: false\nTag: {tag}\n"),
             f"{dist_info}/entry_points.txt": "[console_scripts]\ngpumem = gpumem._cli:main\n",
-            f"{dist_info}/top_level.txt": "gpumem\n",
+            f"{dist_info}/top_level.txt": "".join(f"{m}\n" for m in ["gpumem", *TOP_LEVEL]),
         }
         os.makedirs(out_dir, exist_ok=True)
         wheel = os.path.join(out_dir, f"gpumem-{version}-{tag}.whl")

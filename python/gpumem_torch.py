@@ -8,7 +8,9 @@
 Under a pluggable allocator PyTorch's own torch.cuda.memory_allocated() & co. raise; this module gives the
 same names backed by gpumem, and install() points torch.cuda's names at them (patch_torch=False keeps
 PyTorch's). torch.cuda.empty_cache(), set_per_process_memory_fraction() and Tensor.record_stream() reach
-gpumem through the allocator's hooks. The library is $GPUMEM_LIBRARY, else libgpumem.so beside this file.
+gpumem through the allocator's hooks. The library is $GPUMEM_LIBRARY, else libgpumem.so beside this file, else
+that of the installation this file belongs to (the wheel's gpumem/_bin, PREFIX/lib for PREFIX/share/gpumem/python),
+else the loader's search path.
 """
 import ctypes
 import json
@@ -39,18 +41,41 @@ _installed = False
 _torch_allocator = None  # keeps PyTorch's allocator object (and the library) alive
 
 
+def _library_candidates(here):
+    """Where libgpumem.so may be, relative to this file: beside it (the build folder, the wheel's gpumem/_bin,
+    a `gpumem run` directory), ../build (the source tree), the wheel's gpumem/_bin (this file installed as a
+    top-level module of the wheel), and the library folder of an installed prefix, this file being
+    PREFIX/share/gpumem/python (cmake --install, the .deb)."""
+    import sysconfig
+    multiarch = sysconfig.get_config_var("MULTIARCH") or ""
+    prefix = os.path.join(here, "..", "..", "..")
+    found = [os.path.join(here, "libgpumem.so"), os.path.join(here, "..", "build", "libgpumem.so"),
+             os.path.join(here, "gpumem", "_bin", "libgpumem.so")]
+    for libdir in ("lib", "lib64", os.path.join("lib", multiarch) if multiarch else None):
+        if libdir:
+            found.append(os.path.join(prefix, libdir, "libgpumem.so"))
+    return [os.path.normpath(p) for p in found]
+
+
 def _library_path():
+    """$GPUMEM_LIBRARY, else the first of _library_candidates() that exists, else "libgpumem.so" when the
+    system's loader finds it (ldconfig's cache, LD_LIBRARY_PATH)."""
     path = os.environ.get("GPUMEM_LIBRARY")
     if path:
         if not os.path.exists(path):
             raise GpumemError(f"gpumem: GPUMEM_LIBRARY={path} does not exist")
         return os.path.abspath(path)
     here = os.path.dirname(os.path.abspath(__file__))
-    for candidate in (os.path.join(here, "libgpumem.so"), os.path.join(here, "..", "build", "libgpumem.so")):
+    for candidate in _library_candidates(here):
         if os.path.exists(candidate):
-            return os.path.abspath(candidate)
-    raise GpumemError("gpumem: libgpumem.so not found; set GPUMEM_LIBRARY to its path "
-                      "(the build puts it beside the gpumem binary)")
+            return candidate
+    try:
+        ctypes.CDLL("libgpumem.so")
+        return "libgpumem.so"
+    except OSError:
+        pass
+    raise GpumemError("gpumem: libgpumem.so not found beside gpumem_torch.py, in its installed prefix's lib, "
+                      "in the wheel or on the loader's path; set GPUMEM_LIBRARY to its path")
 
 
 def _load():
