@@ -5,6 +5,8 @@
 // gpumem_sitecustomize.py beside the gpumem binary (the build and the wheel put them there) or where
 // `cmake --install` puts them (install_layout.hpp).
 // Options: run_options.hpp; process handling: run_launcher.hpp.
+#include <sys/wait.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -70,7 +72,9 @@ void print_summary(const nlohmann::json& reports) {
   }
 }
 
-int run(const RunOptions& args) {
+// The program's exit code; `killed_by` is set to the signal that ended it (the caller ends gpumem with
+// it once the scratch directory is gone).
+int run(const RunOptions& args, int& killed_by) {
   // An option replaces what the environment says about the same cap.
   if (!args.limit.empty()) {
     setenv("GPUMEM_LIMIT", args.limit.c_str(), 1);
@@ -120,7 +124,9 @@ int run(const RunOptions& args) {
                  "replaces in this program: its settings do not apply (gpumem's caps are --limit and --fraction)\n",
                  conf);
 
-  const int code = exit_code_of(wait_for_child(launch(args.command)));
+  const int status = wait_for_child(launch(args.command));
+  const int code = exit_code_of(status);
+  if (WIFSIGNALED(status)) killed_by = WTERMSIG(status);
 
   nlohmann::json reports = collect_reports(dir);
   if (!args.quiet) print_summary(reports);
@@ -174,12 +180,17 @@ CommandRunner setup_run(CLI::App& sub) {
   sub.prefix_command();
   sub.footer(std::string("Example: gpumem run --limit 20GiB -- python train.py --epochs 3\n"
                          "Unknown options, bad values and bad GPUMEM_* variables are refused (exit 2) before the "
-                         "program starts.\nThe program's exit status is passed through (128+N when signal N ended "
-                         "it: 130 for Ctrl-C); 3 when it died of a gpumem OOM. The program dies with gpumem.\n\n") +
+                         "program starts.\nThe program's exit status is passed through; when signal N ended it, gpumem "
+                         "ends itself with signal N once it has cleaned up, as the program did (a shell shows "
+                         "128+N, 130 for Ctrl-C, and a loop stops), without a core file of its own; 3 when it "
+                         "died of a gpumem OOM. The program dies with gpumem.\n\n") +
              kExitCodeHelp);
   return [d] {
     try {
-      return run(parse_run_options(words_after_run()));
+      int killed_by = 0;
+      const int code = run(parse_run_options(words_after_run()), killed_by);
+      if (killed_by) die_of_signal(killed_by);
+      return code;
     } catch (const RunUsageError& e) {
       std::fprintf(stderr, "gpumem run: %s\n", e.what());
       return int(kExitUsage);

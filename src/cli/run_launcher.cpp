@@ -3,11 +3,13 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 namespace gpumem::cli {
@@ -19,24 +21,33 @@ constexpr int kRelayed[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 
 volatile sig_atomic_t g_child = 0;
 
+// The relayed signals that were ignored when gpumem started: nohup ignores SIGHUP, a non-interactive
+// shell ignores SIGINT and SIGQUIT in its background jobs. They stay ignored, for gpumem and the program.
+sigset_t g_kept_ignored;
+
 extern "C" void relay_signal(int sig, siginfo_t* info, void*) {
   const pid_t child = g_child;
   if (child <= 0) return;
-  // SI_KERNEL: the terminal sent it to the foreground process group, which holds the child too.
-  if (info->si_code == SI_KERNEL) return;
-  if (info->si_code == SI_USER && info->si_pid == child) return;
-  kill(child, sig);
+  const int saved_errno = errno;
+  // SI_KERNEL: the terminal (Ctrl-C, Ctrl-\, hangup) sent it to its foreground process group, gpumem's.
+  // The program got it too while it is in that group; one in a group or session of its own (timeout,
+  // setsid -w) did not, and gets it from here, once either way.
+  const bool reached_child = info->si_code == SI_KERNEL && getpgid(child) == getpgrp();
+  if (!reached_child && !(info->si_code == SI_USER && info->si_pid == child)) kill(child, sig);
+  errno = saved_errno;
 }
 
 std::string errno_sentence(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
-// In the forked child, before exec: the state a program expects to start in.
+// In the forked child, before exec: the state a program expects to start in, but for the relayed signals
+// gpumem was started with ignored (g_kept_ignored), which the program inherits ignored as well.
 void reset_child_signals() {
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
   for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);  // fails harmlessly for glibc's own
+    if (sig == SIGKILL || sig == SIGSTOP || sigismember(&g_kept_ignored, sig) == 1) continue;
+    sigaction(sig, &dfl, nullptr);  // fails harmlessly for glibc's own
   }
   // glibc refuses to touch its reserved signals (32, 33), yet a parent may have ignored them through the
   // kernel directly (sanitizer runtimes do): reset those with the system call itself.
@@ -115,7 +126,16 @@ pid_t launch(const std::vector<std::string>& command) {
   relay.sa_sigaction = relay_signal;
   relay.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&relay.sa_mask);
-  for (int sig : kRelayed) sigaction(sig, &relay, nullptr);
+  sigemptyset(&g_kept_ignored);
+  for (int sig : kRelayed) {
+    struct sigaction inherited {};
+    sigaction(sig, nullptr, &inherited);
+    if (!(inherited.sa_flags & SA_SIGINFO) && inherited.sa_handler == SIG_IGN) {
+      sigaddset(&g_kept_ignored, sig);  // nohup's SIGHUP, a background job's SIGINT: not ours to undo
+      continue;
+    }
+    sigaction(sig, &relay, nullptr);
+  }
 
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw LaunchError(errno_sentence("pipe"));
@@ -172,6 +192,33 @@ int wait_for_child(pid_t child) {
 int exit_code_of(int wait_status) {
   if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
   return WEXITSTATUS(wait_status);
+}
+
+void die_of_signal(int sig) {
+  std::fflush(nullptr);
+  // The signals whose default action dumps core: the program's core (if any) is what a user wants, not
+  // gpumem's. Not dumpable: no core file, nor a core handed to systemd-coredump or apport.
+  switch (sig) {
+    case SIGQUIT: case SIGILL: case SIGTRAP: case SIGABRT: case SIGBUS: case SIGFPE: case SIGSEGV:
+    case SIGXCPU: case SIGXFSZ: case SIGSYS: {
+      const rlimit none{0, 0};
+      setrlimit(RLIMIT_CORE, &none);
+      prctl(PR_SET_DUMPABLE, 0);
+      break;
+    }
+    default:
+      break;
+  }
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(sig, &dfl, nullptr);
+  sigset_t only;
+  sigemptyset(&only);
+  sigaddset(&only, sig);
+  sigprocmask(SIG_UNBLOCK, &only, nullptr);
+  kill(getpid(), sig);
+  _exit(128 + sig);  // not reached for a signal that can end a process (the only ones a child dies of)
 }
 
 }  // namespace gpumem::cli

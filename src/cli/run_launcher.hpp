@@ -3,13 +3,20 @@
 //   a reaper process forked at creation removes it when gpumem dies any other way (SIGKILL included):
 //   it waits for EOF on a pipe only gpumem holds open.
 // - launch(): fork + exec (PATH search) with every signal at its default disposition and an empty mask,
-//   whatever gpumem inherited or installed; the child is killed when gpumem dies (PR_SET_PDEATHSIG,
+//   whatever gpumem inherited or installed, except that SIGINT, SIGTERM, SIGHUP and SIGQUIT ignored when
+//   gpumem started stay ignored, in gpumem (it relays none of them) and in the program: nohup ignores
+//   SIGHUP, a non-interactive shell ignores SIGINT and SIGQUIT in its background jobs; the child is killed when gpumem dies (PR_SET_PDEATHSIG,
 //   checked again after it is set against a parent that already died). Throws LaunchError with errno's
 //   sentence when exec fails.
 // - wait_for_child(): waits, relaying SIGINT, SIGTERM, SIGHUP and SIGQUIT that another process sent to
 //   gpumem alone. Signals the terminal sends to the whole foreground group (Ctrl-C, Ctrl-\) already
-//   reach the child, so they are not relayed: the program sees Ctrl-C once. Returns the wait status.
+//   reach a child in gpumem's process group, so they are relayed only to a child that left it (timeout,
+//   setsid -w): the program sees Ctrl-C once either way. Returns the wait status.
 // - exit_code_of(): the child's exit code, or 128 + signal (130 for SIGINT), as a shell reports it.
+// - die_of_signal(): ends gpumem with the signal that ended the program (default disposition, unblocked),
+//   so that its parent sees what it would have seen without gpumem: a shell loop stops on Ctrl-C. For a
+//   signal that dumps core (SIGQUIT, SIGSEGV, SIGABRT...) gpumem makes itself undumpable first: no core
+//   of gpumem's. Flushes stdio; call it once the scratch directory and the report are done.
 #pragma once
 #include <sys/types.h>
 
@@ -43,5 +50,6 @@ class ScratchDir {
 pid_t launch(const std::vector<std::string>& command);
 int wait_for_child(pid_t child);
 int exit_code_of(int wait_status);
+[[noreturn]] void die_of_signal(int sig);
 
 }  // namespace gpumem::cli
