@@ -5,6 +5,7 @@
 #include <string>
 #include <stdexcept>
 
+#include "engine/env_switch.hpp"
 #include "gpumem/errors.hpp"
 #include "gpumem/limits.hpp"
 #include "gpumem/trace.hpp"  // parse_size
@@ -67,12 +68,17 @@ std::optional<std::uint64_t> env_cuda_page_bytes() {
   return std::uint64_t(mib) << 20;
 }
 
-bool env_map_ahead() {
-  const char* value = get("GPUMEM_MAP_AHEAD");
-  if (!value) return true;
-  const std::string v = value;
-  if (v != "0" && v != "1") throw Error("gpumem: GPUMEM_MAP_AHEAD='" + v + "' is neither 0 (off) nor 1 (on)");
-  return v == "1";
+bool env_switch(const char* name, bool absent) {
+  const char* value = get(name);
+  if (!value) return absent;
+  if (const std::optional<bool> on = parse_switch(value)) return *on;
+  throw Error(std::string("gpumem: ") + name + "='" + value + "' is neither on nor off (use " + kSwitchWords + ")");
+}
+
+bool env_map_ahead() { return env_switch("GPUMEM_MAP_AHEAD", true); }
+
+void env_check_switches() {
+  for (const char* name : kSwitchVariables) env_switch(name, true);
 }
 
 }  // namespace gpumem::api

@@ -9,7 +9,9 @@
 //   GPUMEM_HOST_SHARED  host backend: a file whose counter makes one capacity shared across processes
 //   GPUMEM_CONTROL=0    no control socket (src/control); GPUMEM_CONTROL_DIR: where the sockets live
 //   GPUMEM_COOPERATIVE=0  on a full device, do not ask other gpumem processes to release their cache
-// A malformed value throws gpumem::Error naming the variable; an unset or empty one is absent.
+// The switches (MAP_AHEAD, CONTROL, COOPERATIVE) take 1/0, true/false, yes/no or on/off in any case
+// (engine/env_switch.hpp). A malformed value throws gpumem::Error naming the variable; an unset or empty
+// one is absent.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -22,6 +24,9 @@ std::optional<std::uint64_t> env_size(const char* name);
 std::optional<std::uint64_t> env_limit();  // 0 = "none"
 std::optional<double> env_fraction(const char* name);
 std::optional<std::uint64_t> env_cuda_page_bytes();  // GPUMEM_CUDA_PAGE_MIB, in bytes
-bool env_map_ahead();  // GPUMEM_MAP_AHEAD: "0" or "1" (the cuda backend reads it too)
+bool env_switch(const char* name, bool absent);  // a switch variable; `absent` when unset or empty
+bool env_map_ahead();  // GPUMEM_MAP_AHEAD (the cuda backend reads it too)
+inline constexpr const char* kSwitchVariables[] = {"GPUMEM_MAP_AHEAD", "GPUMEM_CONTROL", "GPUMEM_COOPERATIVE"};
+void env_check_switches();  // each of kSwitchVariables, whatever the backend
 
 }  // namespace gpumem::api

@@ -100,10 +100,7 @@ std::string device_key(const Backend& backend, int device) {
   return "cuda:" + visible.substr(start, visible.find(',', start) - start);
 }
 
-bool cooperative_enabled() {
-  const char* env = std::getenv("GPUMEM_COOPERATIVE");
-  return !(env && std::string(env) == "0");
-}
+bool cooperative_enabled() { return api::env_switch("GPUMEM_COOPERATIVE", true); }
 
 Allocator* existing(int device) {
   return registry().allocators[std::size_t(device)].load(std::memory_order_acquire);
@@ -114,6 +111,7 @@ Allocator& create(int device) {
   std::lock_guard lock(r.mutex);
   if (Allocator* a = existing(device)) return *a;
   r.factory_used = true;
+  api::env_check_switches();  // whatever the backend: a malformed switch is refused, never taken as on
   std::shared_ptr<Backend> backend = r.factory ? r.factory(device) : backend_from_environment(device);
   if (!backend) throw BackendUnavailableError("gpumem: the backend factory returned no backend for device " +
                                               std::to_string(device));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/call_timer.hpp"
+#include "engine/env_switch.hpp"
 #include "backends/cuda_driver.hpp"
 #include "backends/cuda_events.hpp"
 #include "backends/cuda_map_ahead.hpp"
@@ -77,8 +78,9 @@ class CudaBackend final : public Backend {
       // driver's 2 MiB granules, so stitching and release stay fine-grained where it matters.
       const std::size_t page = page_bytes ? page_bytes : kDefaultPage;
       large_page_ = (page + granularity_ - 1) / granularity_ * granularity_;
-      const char* ahead = std::getenv("GPUMEM_MAP_AHEAD");  // "0": every page made on the allocating thread
-      if (!(ahead && std::string(ahead) == "0"))
+      // Off: every page made on the allocating thread. A malformed value was refused before (api/registry).
+      const char* ahead = std::getenv("GPUMEM_MAP_AHEAD");
+      if (parse_switch(ahead ? ahead : "").value_or(true))
         ahead_.enable(granularity_, [this] { return std::make_unique<AheadCalls>(context_, prop_, accesses_); });
     }
   }

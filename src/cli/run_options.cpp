@@ -34,6 +34,19 @@ void check_report_path(const std::string& path) {
   if (::access(dir.c_str(), W_OK) != 0) usage("--report " + path + ": the directory " + dir.string() + " is not writable");
 }
 
+// GPUMEM_TRACE: each process the program starts writes it (or a file beside it with its pid in the name,
+// when another process writes it): the file, or its directory, must take writes.
+void check_trace_path(const std::string& path) {
+  const fs::path p(path);
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  const std::string var = "GPUMEM_TRACE=" + path;
+  std::error_code ec;
+  if (fs::is_directory(p, ec)) usage(var + " is a directory; give a file name (.gz compresses)");
+  if (!fs::is_directory(dir, ec)) usage(var + ": the directory " + dir.string() + " does not exist");
+  if (fs::exists(p, ec) ? ::access(p.c_str(), W_OK) != 0 : ::access(dir.c_str(), W_OK) != 0)
+    usage(var + ": " + (fs::exists(p, ec) ? "the file is" : "the directory " + dir.string() + " is") + " not writable");
+}
+
 }  // namespace
 
 RunOptions parse_run_options(const std::vector<std::string>& words) {
@@ -95,13 +108,14 @@ void check_run_environment() {
     api::env_size("GPUMEM_HOST_CAPACITY");
     api::env_size("GPUMEM_SIM_CAPACITY");
     api::env_cuda_page_bytes();
-    api::env_map_ahead();
+    api::env_check_switches();
   } catch (const std::exception& e) {
     std::string what = e.what();
     if (what.rfind("gpumem: ", 0) == 0) what.erase(0, 8);
     usage(what);
   }
   check_backend("GPUMEM_BACKEND", api::env_backend());
+  if (const char* trace = std::getenv("GPUMEM_TRACE"); trace && *trace) check_trace_path(trace);
   if (const char* lib = std::getenv("GPUMEM_LIBRARY"); lib && *lib) {
     std::error_code ec;
     if (!fs::is_regular_file(lib, ec)) usage(std::string("GPUMEM_LIBRARY=") + lib + " is not a file (unset it to use the libgpumem.so beside gpumem)");

@@ -27,8 +27,10 @@ struct RunOptions {
 // does not start with '-'.
 RunOptions parse_run_options(const std::vector<std::string>& words);
 
-// Validates GPUMEM_LIMIT, GPUMEM_FRACTION, GPUMEM_BACKEND, GPUMEM_HOST_CAPACITY, GPUMEM_SIM_CAPACITY and
-// GPUMEM_LIBRARY as the environment holds them now (after the options were applied).
+// Validates GPUMEM_LIMIT, GPUMEM_FRACTION, GPUMEM_BACKEND, GPUMEM_HOST_CAPACITY, GPUMEM_SIM_CAPACITY,
+// GPUMEM_CUDA_PAGE_MIB, the switches (GPUMEM_MAP_AHEAD, GPUMEM_CONTROL, GPUMEM_COOPERATIVE: 1/0, true/false,
+// yes/no, on/off), GPUMEM_TRACE (a file that can be written: not a directory, in a directory that exists)
+// and GPUMEM_LIBRARY as the environment holds them now (after the options were applied).
 void check_run_environment();
 
 }  // namespace gpumem::cli

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "control/channel.hpp"
+#include "engine/env_switch.hpp"
 #include "control/protocol.hpp"
 #include "control/server_snapshot.hpp"
 
@@ -210,9 +211,16 @@ std::string handle_request_body(const std::string& body, const ServerHooks& hook
 bool start_server(ServerHooks hooks, std::string& why) {
   std::lock_guard lock(g_start_mutex);
   if (g_started) return true;
-  if (const char* env = std::getenv("GPUMEM_CONTROL"); env && std::strcmp(env, "0") == 0) {
-    why = "GPUMEM_CONTROL=0";
-    return false;
+  if (const char* env = std::getenv("GPUMEM_CONTROL"); env && *env) {
+    const std::optional<bool> on = parse_switch(env);
+    if (!on) {
+      why = std::string("GPUMEM_CONTROL='") + env + "' is neither on nor off (use " + kSwitchWords + ")";
+      return false;
+    }
+    if (!*on) {
+      why = "GPUMEM_CONTROL=0";
+      return false;
+    }
   }
   std::optional<std::string> dir = ensure_own_socket_dir(why);
   if (!dir) return false;

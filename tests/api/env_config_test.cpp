@@ -65,4 +65,32 @@ TEST(EnvConfig, MalformedValuesNameTheVariable) {
   EXPECT_EQ(gpumem::api::env_backend(), "cuda");
 }
 
+// GPUMEM_MAP_AHEAD, GPUMEM_CONTROL, GPUMEM_COOPERATIVE: 1/0, true/false, yes/no, on/off in any case;
+// anything else is refused with the variable's name, never taken as on.
+TEST(EnvConfig, SwitchesAreOnOrOffOrRefused) {
+  for (const char* on : {"1", "true", "Yes", "ON"}) {
+    ScopedEnv e("GPUMEM_TEST_SWITCH", on);
+    EXPECT_TRUE(gpumem::api::env_switch("GPUMEM_TEST_SWITCH", false)) << on;
+  }
+  for (const char* off : {"0", "FALSE", "no", "Off"}) {
+    ScopedEnv e("GPUMEM_TEST_SWITCH", off);
+    EXPECT_FALSE(gpumem::api::env_switch("GPUMEM_TEST_SWITCH", true)) << off;
+  }
+  EXPECT_TRUE(gpumem::api::env_switch("GPUMEM_TEST_SWITCH", true));  // unset: the default
+  for (const char* bad : {"2", "o", "offf", "yes please", " 1", "-1"}) {
+    ScopedEnv e("GPUMEM_TEST_SWITCH", bad);
+    EXPECT_THROW(gpumem::api::env_switch("GPUMEM_TEST_SWITCH", true), gpumem::Error) << bad;
+  }
+  EXPECT_NO_THROW(gpumem::api::env_check_switches());
+  for (const char* name : {"GPUMEM_MAP_AHEAD", "GPUMEM_CONTROL", "GPUMEM_COOPERATIVE"}) {
+    ScopedEnv e(name, "maybe");
+    try {
+      gpumem::api::env_check_switches();
+      FAIL() << name;
+    } catch (const gpumem::Error& err) {
+      EXPECT_NE(std::string(err.what()).find(std::string(name) + "='maybe'"), std::string::npos) << err.what();
+    }
+  }
+}
+
 }  // namespace

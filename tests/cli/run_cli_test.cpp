@@ -108,13 +108,33 @@ TEST_F(RunCli, BadGpumemVariablesAreRefusedBeforeTheProgramRuns) {
       {"GPUMEM_FRACTION", "7"},    {"GPUMEM_FRACTION", "1e-300"}, {"GPUMEM_BACKEND", "bogus"},
       {"GPUMEM_SIM_CAPACITY", "x"}, {"GPUMEM_LIBRARY", "/nonexistent/libgpumem.so"},
       {"GPUMEM_CUDA_PAGE_MIB", "0"}, {"GPUMEM_CUDA_PAGE_MIB", "2MiB"}, {"GPUMEM_CUDA_PAGE_MIB", "-4"},
-      {"GPUMEM_MAP_AHEAD", "off"},  {"GPUMEM_MAP_AHEAD", "2"}};
+      {"GPUMEM_MAP_AHEAD", "2"},  {"GPUMEM_MAP_AHEAD", "maybe"}, {"GPUMEM_CONTROL", "nope"},
+      {"GPUMEM_CONTROL", "offf"}, {"GPUMEM_COOPERATIVE", "fals"}, {"GPUMEM_COOPERATIVE", " 0"},
+      {"GPUMEM_TRACE", (dir_ / "missing" / "t.jsonl").string()}, {"GPUMEM_TRACE", dir_.string()}};
   for (const auto& [name, value] : bad) {
-    const auto r = run_gpumem(with_marker_program({}, marker()), {{name, value}});
-    EXPECT_EQ(r.status, 2) << name << "=" << value << ": " << r.err;
-    EXPECT_FALSE(fs::exists(marker())) << name << "=" << value;
-    EXPECT_NE(r.err.find(name), std::string::npos) << r.err;
+    // The sim backend too: a switch only the cuda backend reads is refused all the same.
+    for (const char* backend : {"cuda", "sim"}) {
+      const auto r = run_gpumem(with_marker_program({}, marker()), {{name, value}, {"GPUMEM_BACKEND", backend}});
+      EXPECT_EQ(r.status, 2) << name << "=" << value << ": " << r.err;
+      EXPECT_FALSE(fs::exists(marker())) << name << "=" << value;
+      EXPECT_EQ(r.err.rfind("gpumem run: " + name, 0), 0u) << r.err;
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+      if (name == "GPUMEM_BACKEND") break;
+    }
   }
+  // Every spelling of on and off, in any case.
+  for (const char* value : {"0", "1", "off", "ON", "No", "yes", "TRUE", "false"}) {
+    const auto r = run_gpumem(
+        with_marker_program({"-q"}, marker()),
+        {{"GPUMEM_BACKEND", "sim"}, {"GPUMEM_CONTROL", value}, {"GPUMEM_COOPERATIVE", value}, {"GPUMEM_MAP_AHEAD", value}});
+    EXPECT_EQ(r.status, 0) << value << ": " << r.err;
+    EXPECT_TRUE(fs::exists(marker())) << value;
+    fs::remove(marker());
+  }
+  // A trace in a directory that exists is the program's to write.
+  EXPECT_EQ(run_gpumem(with_marker_program({"-q"}, marker()), {{"GPUMEM_TRACE", (dir_ / "t.jsonl").string()}}).status, 0);
+  EXPECT_TRUE(fs::exists(marker()));
+  fs::remove(marker());
   // "none" is how no limit is spelled, and --limit overrides the environment.
   EXPECT_EQ(run_gpumem(with_marker_program({"--limit", "none"}, marker()), {{"GPUMEM_LIMIT", "0"}}).status, 0);
   EXPECT_TRUE(fs::exists(marker()));
