@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -74,6 +75,32 @@ void print_summary(const nlohmann::json& reports) {
 
 // The program's exit code; `killed_by` is set to the signal that ended it (the caller ends gpumem with
 // it once the scratch directory is gone).
+// A Python that will not load gpumem: -E and -I ignore PYTHONPATH (where gpumem's sitecustomize is), -S
+// imports no site module. Returns that option's letter, or 0. Reads the interpreter's own leading options:
+// -c, -m, "-", "--" and the script end them; -W and -X take a value.
+char python_without_gpumem(const std::vector<std::string>& command) {
+  static const std::regex python("(python|pypy)[0-9.]*");
+  if (!std::regex_match(fs::path(command[0]).filename().string(), python)) return 0;
+  for (std::size_t i = 1; i < command.size(); ++i) {
+    const std::string& w = command[i];
+    if (w.size() < 2 || w[0] != '-' || w == "--") return 0;
+    if (w[1] == '-') {
+      if (w == "--check-hash-based-pycs") ++i;
+      continue;
+    }
+    for (std::size_t k = 1; k < w.size(); ++k) {
+      const char c = w[k];
+      if (c == 'E' || c == 'I' || c == 'S') return c;
+      if (c == 'c' || c == 'm') return 0;
+      if (c == 'W' || c == 'X') {
+        if (k + 1 == w.size()) ++i;
+        break;
+      }
+    }
+  }
+  return 0;
+}
+
 int run(const RunOptions& args, int& killed_by) {
   // An option replaces what the environment says about the same cap.
   if (!args.limit.empty()) {
@@ -115,6 +142,15 @@ int run(const RunOptions& args, int& killed_by) {
   setenv("PYTHONPATH", pythonpath.c_str(), 1);
   setenv("GPUMEM_LIBRARY", fs::absolute(library).c_str(), 1);
   setenv("GPUMEM_REPORT_DIR", dir.c_str(), 1);
+
+  // A warning, not a refusal: the processes such a Python starts (workers, torchrun's ranks) inherit
+  // PYTHONPATH and do load gpumem unless they too are started with the option.
+  if (const char option = python_without_gpumem(args.command); option && !args.quiet)
+    std::fprintf(stderr,
+                 "gpumem run: warning: %s -%c %s, so gpumem does not load into it and PyTorch keeps its own "
+                 "allocator there (drop -%c; Python processes it starts without -%c do get gpumem)\n",
+                 fs::path(args.command[0]).filename().c_str(), option,
+                 option == 'S' ? "imports no site module" : "ignores PYTHONPATH", option, option);
 
   // PyTorch's own allocator reads this variable; under gpumem none of it applies (and PyTorch no longer
   // refuses an unknown key there), so a user who tuned it is told once, before the program's output.
@@ -173,7 +209,9 @@ CommandRunner setup_run(CLI::App& sub) {
   sub.add_option("--fraction", d->fraction, "Cap as a fraction [0.0001, 1] of each GPU's memory");
   sub.add_option("--backend", d->backend, "cuda (default), cuda-plain (no virtual memory), host or sim");
   sub.add_option("--report", d->report, "Write each Python process's peaks (JSON) to FILE (its directory must exist)");
-  sub.add_flag("-q,--quiet", d->quiet, "Print no summary line at exit, nor the note on PYTORCH_CUDA_ALLOC_CONF");
+  sub.add_flag("-q,--quiet", d->quiet,
+               "Print no summary line at exit, nor the notes on PYTORCH_CUDA_ALLOC_CONF and on python -E, -I or -S "
+               "(which keep gpumem out of that Python process)");
   for (CLI::Option* o : sub.get_options()) o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   sub.add_option("command", d->command, "The program and its arguments (after --)")->allow_extra_args();
   sub.allow_extras();

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace gpumem::cli {
@@ -66,8 +67,15 @@ void reset_child_signals() {
 }  // namespace
 
 ScratchDir::ScratchDir(const std::string& prefix) {
-  std::string tmpl = (fs::temp_directory_path() / (prefix + "XXXXXX")).string();
-  if (!mkdtemp(tmpl.data())) throw Error(errno_sentence("cannot create a temporary directory"));
+  // Absolute even where TMPDIR is relative: the program's PYTHONPATH and GPUMEM_REPORT_DIR name the
+  // directory, and the program may change its own.
+  std::error_code ec;
+  const fs::path base = fs::temp_directory_path(ec);
+  const char* tmpdir = std::getenv("TMPDIR");
+  const std::string where = tmpdir && *tmpdir ? std::string("TMPDIR=") + tmpdir : base.string();
+  if (ec) throw Error(where + " is not a directory (gpumem run makes its temporary directory there)");
+  std::string tmpl = (fs::absolute(base, ec) / (prefix + "XXXXXX")).string();
+  if (!mkdtemp(tmpl.data())) throw Error(errno_sentence(("cannot create a temporary directory in " + where).c_str()));
   path_ = tmpl;
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {

@@ -116,6 +116,14 @@ void check_run_environment() {
   }
   check_backend("GPUMEM_BACKEND", api::env_backend());
   if (const char* trace = std::getenv("GPUMEM_TRACE"); trace && *trace) check_trace_path(trace);
+  // Where the scratch directory goes: a sentence naming TMPDIR here, not a library's error about a path.
+  if (const char* tmp = std::getenv("TMPDIR"); tmp && *tmp) {
+    std::error_code ec;
+    if (!fs::is_directory(tmp, ec))
+      usage(std::string("TMPDIR=") + tmp + " is not a directory (gpumem run makes its temporary directory there)");
+    if (::access(tmp, W_OK | X_OK) != 0)
+      usage(std::string("TMPDIR=") + tmp + " is not writable (gpumem run makes its temporary directory there)");
+  }
   if (const char* lib = std::getenv("GPUMEM_LIBRARY"); lib && *lib) {
     std::error_code ec;
     if (!fs::is_regular_file(lib, ec)) usage(std::string("GPUMEM_LIBRARY=") + lib + " is not a file (unset it to use the libgpumem.so beside gpumem)");

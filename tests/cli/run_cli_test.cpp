@@ -186,6 +186,59 @@ TEST_F(RunCli, SummaryNamesMemoryHeldForOtherStreams) {
   EXPECT_EQ(r.err.find("pid 12 device 0: freed blocks"), std::string::npos) << r.err;  // none held: no line
 }
 
+// A relative TMPDIR gives the program absolute PYTHONPATH and GPUMEM_REPORT_DIR (it may change directory);
+// one that is not a directory is named before the program starts.
+TEST_F(RunCli, TemporaryDirectoryIsAbsoluteAndABadTmpdirIsNamed) {
+  fs::create_directories(dir_ / "rel");
+  const fs::path seen = dir_ / "seen";
+  const pid_t pid = start({"run", "-q", "--", "sh", "-c", "cd / && echo \"$PYTHONPATH $GPUMEM_REPORT_DIR\" > " + seen.string()},
+                          [this] {
+                            if (chdir(dir_.c_str()) != 0) _exit(126);
+                            setenv("TMPDIR", "rel", 1);
+                          });
+  ASSERT_EQ(wait_exit(pid), 0);
+  const std::string paths = slurp(seen.string());
+  const std::string prefix = (dir_ / "rel" / "gpumem-run-").string();
+  EXPECT_EQ(paths.rfind(prefix, 0), 0u) << paths;
+  EXPECT_NE(paths.find(" " + prefix), std::string::npos) << paths;
+  for (const std::string& bad : std::vector<std::string>{"/nonexistent-gpumem-tmp", (dir_ / "seen").string()}) {
+    const auto r = run_gpumem(with_marker_program({}, marker()), {{"TMPDIR", bad}});
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_EQ(r.err, "gpumem run: TMPDIR=" + bad + " is not a directory (gpumem run makes its temporary directory there)\n");
+    EXPECT_FALSE(fs::exists(marker()));
+  }
+}
+
+// python -E / -I ignore PYTHONPATH and -S skips site, so gpumem cannot load into that Python: one warning
+// line (not with -q), and the program runs.
+TEST_F(RunCli, PythonOptionsThatKeepGpumemOutAreWarnedOf) {
+  const fs::path python = dir_ / "python3.12";
+  {
+    std::ofstream(python) << "#!/bin/sh\nexit 0\n";
+  }
+  fs::permissions(python, fs::perms::owner_all);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"-E", "train.py"}, "-E ignores PYTHONPATH"}, {{"-I", "-c", "pass"}, "-I ignores PYTHONPATH"},
+      {{"-bS", "-m", "x"}, "-S imports no site module"}, {{"-W", "ignore", "-E"}, "-E ignores"},
+      {{"-u", "train.py", "-E"}, ""}, {{"-c", "pass", "-I"}, ""}, {{"-mE"}, ""}, {{"-Wdefault", "x.py"}, ""},
+      {{"-X", "E", "x.py"}, ""}};
+  for (const auto& [options, said] : cases) {
+    std::vector<std::string> args = {"run", "--", python.string()};
+    args.insert(args.end(), options.begin(), options.end());
+    const auto r = run_gpumem(args, {});
+    EXPECT_EQ(r.status, 0) << options[0] << ": " << r.err;
+    if (said.empty()) {
+      EXPECT_EQ(r.err, "") << options[0];
+      continue;
+    }
+    EXPECT_EQ(r.err.rfind("gpumem run: warning: python3.12 " + said, 0), 0u) << r.err;
+    EXPECT_NE(r.err.find("gpumem does not load into it"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    args.insert(args.begin() + 1, "-q");
+    EXPECT_EQ(run_gpumem(args, {}).err, "") << options[0];
+  }
+}
+
 // A careless parent's ignored SIGPIPE and blocked SIGTERM are not the program's; an ignored SIGINT (a
 // background job of a script) stays ignored.
 TEST_F(RunCli, TheProgramStartsWithDefaultSignalDispositionsAndAnEmptyMask) {
