@@ -221,7 +221,8 @@ CommandRunner setup_run(CLI::App& sub) {
                          "program starts.\nThe program's exit status is passed through; when signal N ended it, gpumem "
                          "ends itself with signal N once it has cleaned up, as the program did (a shell shows "
                          "128+N, 130 for Ctrl-C, and a loop stops), without a core file of its own; 3 when it "
-                         "died of a gpumem OOM. The program dies with gpumem.\n\n") +
+                         "died of a gpumem OOM; 127 when the program (or its #! interpreter) is not found, 126 when it "
+                         "cannot be run, as a shell says. The program dies with gpumem.\n\n") +
              kExitCodeHelp);
   return [d] {
     try {
@@ -234,7 +235,7 @@ CommandRunner setup_run(CLI::App& sub) {
       return int(kExitUsage);
     } catch (const LaunchError& e) {
       std::fprintf(stderr, "gpumem run: %s\n", e.what());
-      return int(kExitUsage);
+      return e.exit_code();
     }
   };
 }

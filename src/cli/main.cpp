@@ -104,8 +104,15 @@ int run_main(int argc, char** argv) {
     if (!sub->parsed()) continue;
     for (const char* own : {"--json", "--full", "--watch"})  // the summary's: silently ignored otherwise
       if (app.get_option(own)->count() > 0) {
-        std::fprintf(stderr, "gpumem: %s before a command belongs to the summary (gpumem %s); write it after the command: gpumem %s %s\n",
-                     own, own, sub->get_name().c_str(), own);
+        const std::string name = sub->get_name(), option = own;
+        // Suggest the command's own option only where it has one (`gpumem run --json` is refused).
+        const std::string hint =
+            sub->get_option_no_throw(option) ? "write it after the command: gpumem " + name + " " + option
+            : name == "run" && option == "--json"
+                ? "gpumem run has no --json; its report is JSON: gpumem run --report FILE -- ..."
+                : "gpumem " + name + " has no " + option;
+        std::fprintf(stderr, "gpumem: %s before a command belongs to the summary (gpumem %s); %s\n", own, own,
+                     hint.c_str());
         return kExitUsage;
       }
     std::snprintf(g_command, sizeof g_command, "%s", sub->get_name().c_str());

@@ -43,8 +43,17 @@ OutputFile::OutputFile(std::string path) : path_(std::move(path)) {
   temporary_ = (slash == std::string::npos ? "" : dir) + "." + base + ".gpumem-XXXXXX";
   fd_ = mkostemp(temporary_.data(), O_CLOEXEC);
   if (fd_ < 0) {
+    const int err = errno;
     temporary_.clear();
-    fail(errno);
+    if (!exists) fail(err);  // the file would be made there: the directory's error is the file's
+    // The error is the temporary's: name the file's own where it has one (/proc/version cannot be
+    // written at all), else say that its directory takes no new file, which replacing it whole needs.
+    const int probe = open(target_.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);  // no O_TRUNC
+    if (probe < 0) fail(errno);
+    close(probe);
+    const std::string shown = dir.size() > 1 && dir.back() == '/' ? dir.substr(0, dir.size() - 1) : dir;
+    throw OutputFileError("cannot write " + path_ + ": it is replaced whole through a new file beside it, and " +
+                          shown + " takes no new file (" + std::strerror(err) + ")");
   }
   fchmod(fd_, mode);
 }

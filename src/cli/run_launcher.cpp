@@ -40,6 +40,45 @@ extern "C" void relay_signal(int sig, siginfo_t* info, void*) {
 
 std::string errno_sentence(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
+// The file execvp ran for `name`: itself when it names a path, else the first executable file of that
+// name in PATH; "" when there is none.
+std::string resolve_program(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/bin:/usr/bin";
+  for (std::size_t start = 0;;) {
+    const std::size_t end = dirs.find(':', start);
+    std::string dir = dirs.substr(start, end - start);
+    const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+    if (end == std::string::npos) return "";
+    start = end + 1;
+  }
+}
+
+// Why exec of `name` failed with `err`, in one sentence, and the shell's exit code for it.
+LaunchError exec_error(const std::string& name, int err) {
+  const std::string head = "cannot run '" + name + "': ";
+  if (err != ENOENT) return LaunchError(head + std::strerror(err), 126);
+  const std::string file = resolve_program(name);
+  std::error_code ec;
+  if (file.empty() || !fs::exists(file, ec))
+    return LaunchError(head + (name.find('/') != std::string::npos ? "no such file" : "no such program in PATH"), 127);
+  // The file is there: what is missing is what the kernel runs it with.
+  char line[256] = {};
+  if (FILE* f = std::fopen(file.c_str(), "r")) {
+    if (!std::fgets(line, sizeof line, f)) line[0] = 0;
+    std::fclose(f);
+  }
+  if (line[0] == '#' && line[1] == '!') {
+    std::string interpreter = line + 2;
+    interpreter.erase(0, interpreter.find_first_not_of(" \t"));
+    interpreter.erase(std::min(interpreter.find_first_of(" \t\r\n"), interpreter.size()));
+    return LaunchError(head + "its interpreter " + interpreter + " (on its #! line) does not exist", 127);
+  }
+  return LaunchError(head + "the file exists but the loader it names (its ELF interpreter) does not", 127);
+}
+
 // In the forked child, before exec: the state a program expects to start in, but for the relayed signals
 // gpumem was started with ignored (g_kept_ignored), which the program inherits ignored as well.
 void reset_child_signals() {
@@ -146,14 +185,14 @@ pid_t launch(const std::vector<std::string>& command) {
   }
 
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) throw LaunchError(errno_sentence("pipe"));
+  if (pipe2(fds, O_CLOEXEC) != 0) throw LaunchError(errno_sentence("pipe"), 1);
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
     close(fds[0]);
     close(fds[1]);
     sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-    throw LaunchError(errno_sentence("fork"));
+    throw LaunchError(errno_sentence("fork"), 1);
   }
   if (pid == 0) {
     close(fds[0]);
@@ -180,7 +219,7 @@ pid_t launch(const std::vector<std::string>& command) {
     g_child = 0;
     while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
-    throw LaunchError("cannot run '" + command[0] + "': " + std::strerror(err));
+    throw exec_error(command[0], err);
   }
   return pid;
 }

@@ -6,8 +6,8 @@
 //   whatever gpumem inherited or installed, except that SIGINT, SIGTERM, SIGHUP and SIGQUIT ignored when
 //   gpumem started stay ignored, in gpumem (it relays none of them) and in the program: nohup ignores
 //   SIGHUP, a non-interactive shell ignores SIGINT and SIGQUIT in its background jobs; the child is killed when gpumem dies (PR_SET_PDEATHSIG,
-//   checked again after it is set against a parent that already died). Throws LaunchError with errno's
-//   sentence when exec fails.
+//   checked again after it is set against a parent that already died). Throws LaunchError when exec
+//   fails: not found (in PATH, or a script's #! interpreter; exit code 127) or not runnable (126).
 // - wait_for_child(): waits, relaying SIGINT, SIGTERM, SIGHUP and SIGQUIT that another process sent to
 //   gpumem alone. Signals the terminal sends to the whole foreground group (Ctrl-C, Ctrl-\) already
 //   reach a child in gpumem's process group, so they are relayed only to a child that left it (timeout,
@@ -28,9 +28,15 @@
 
 namespace gpumem::cli {
 
+// exit_code: 127 when the program (or its #! interpreter) is not found, 126 when it cannot be run, as a
+// shell says; 1 when gpumem itself could not fork or make a pipe.
 class LaunchError : public Error {
  public:
-  using Error::Error;
+  LaunchError(const std::string& what, int exit_code = 126) : Error(what), exit_code_(exit_code) {}
+  int exit_code() const noexcept { return exit_code_; }
+
+ private:
+  int exit_code_;
 };
 
 class ScratchDir {

@@ -16,6 +16,7 @@
 #include <map>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "monitor/run_gpumem.hpp"
 
@@ -145,7 +146,36 @@ TEST_F(RunCli, ExitStatusAndArgumentsPassThroughVerbatim) {
   const auto r = run_gpumem({"run", "-q", "--", "sh", "-c", "echo \"$@\"", "sh", "--limit", "x", "--", "-q"}, {});
   EXPECT_EQ(r.status, 0);
   EXPECT_EQ(r.out, "--limit x -- -q\n");
-  EXPECT_EQ(run_gpumem({"run", "--", "/nonexistent/program"}, {}).status, 2);
+}
+
+// A program that cannot be started: 127 when it (or its #! interpreter) is not found, 126 when it cannot
+// be run, as a shell says, with a sentence that names what is missing.
+TEST_F(RunCli, ProgramsThatCannotStartExitAsTheShellSays) {
+  const fs::path script = dir_ / "script.py", plain = dir_ / "plain.py";
+  std::ofstream(script) << "#!/nonexistent/python3 -u\nprint(1)\n";
+  std::ofstream(plain) << "print(1)\n";
+  fs::permissions(script, fs::perms::owner_all);
+  const std::vector<std::tuple<std::string, int, std::string>> cases = {
+      {"/nonexistent/program", 127, "cannot run '/nonexistent/program': no such file"},
+      {"gpumem-no-such-program", 127, "cannot run 'gpumem-no-such-program': no such program in PATH"},
+      {script.string(), 127, "cannot run '" + script.string() + "': its interpreter /nonexistent/python3 (on its #! line) does not exist"},
+      {plain.string(), 126, "cannot run '" + plain.string() + "': Permission denied"},
+      {dir_.string(), 126, "cannot run '" + dir_.string() + "': Permission denied"}};
+  for (const auto& [program, code, said] : cases) {
+    const auto r = run_gpumem({"run", "--", program}, {});
+    EXPECT_EQ(r.status, code) << program << ": " << r.err;
+    EXPECT_EQ(r.err, "gpumem run: " + said + "\n");
+  }
+}
+
+// `gpumem --json run`: the hint names what run has, not a `gpumem run --json` it refuses.
+TEST_F(RunCli, SummaryOptionsBeforeRunGetAHintThatWorks) {
+  const auto r = run_gpumem({"--json", "run", "--", "true"}, {});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err.find("gpumem run --json"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("gpumem run --report FILE"), std::string::npos) << r.err;
+  const auto ps = run_gpumem({"--json", "ps"}, {});
+  EXPECT_NE(ps.err.find("gpumem ps --json"), std::string::npos) << ps.err;
 }
 
 // PyTorch's allocator settings do not apply under gpumem: said once on stderr (not with -q, not when unset).

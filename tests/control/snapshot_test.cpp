@@ -200,6 +200,14 @@ TEST(ControlSnapshot, ErrorsGetOneSentenceAndLeaveTheFileAlone) {
   EXPECT_EQ(isdir_rc, 1);
   EXPECT_NE(isdir_out.find("cannot write"), std::string::npos) << isdir_out;
 
+  // A file that exists but cannot be replaced (a kernel file): the sentence is about it, not about the
+  // temporary beside it that could not be made ("No such file or directory" for a file that exists).
+  auto [proc_rc, proc_out] = shell(kGpumem + " snapshot " + pid + " -o /proc/version 2>&1");
+  EXPECT_EQ(proc_rc, 1);
+  EXPECT_EQ(proc_out.rfind("gpumem snapshot: cannot write /proc/version: ", 0), 0u) << proc_out;
+  EXPECT_TRUE(proc_out.find("Permission denied") != std::string::npos ||
+              proc_out.find("/proc takes no new file") != std::string::npos) << proc_out;
+
   auto [fmt_rc, fmt_out] = shell(kGpumem + " snapshot " + pid + " -o " + kept + " --format xml 2>&1");
   EXPECT_EQ(fmt_rc, 2);
   EXPECT_NE(fmt_out.find("pickle or json"), std::string::npos) << fmt_out;
