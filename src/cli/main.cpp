@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <new>
 #include <string>
@@ -39,6 +40,10 @@ void on_terminate() noexcept {
       out_of_host_memory();
     } catch (...) {
     }
+  } else if (void* probe = std::malloc(256)) {
+    std::free(probe);
+  } else {
+    out_of_host_memory();  // no memory even for the exception object (a static constructor's bad_alloc)
   }
   std::abort();
 }
