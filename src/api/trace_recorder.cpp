@@ -1,13 +1,16 @@
 #include "api/trace_recorder.hpp"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "api/registry_internal.hpp"
@@ -25,7 +28,17 @@ struct Recorder final : AllocatorObserver {
   // free_completed (the address is not handed out again before it).
   std::unordered_map<DevicePtr, std::size_t> live;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  // The flusher: a thread that has the writer flush about once a second while recording, so that a
+  // process killed (SIGTERM, SIGKILL, a crash, _exit) leaves its trace readable up to a second before.
+  // It takes `mutex` only to hand the writer's buffer to the writer's own thread, never for disk I/O.
+  // Never joined in a forked child, where it does not exist.
+  std::mutex flusher_mutex;
+  std::condition_variable flusher_wake;
+  bool flusher_stop = false;
+  std::thread* flusher = nullptr;
 };
+
+constexpr auto kFlushInterval = std::chrono::seconds(1);
 
 std::atomic<bool> recording{false};
 std::once_flag env_checked;
@@ -97,6 +110,59 @@ void Recorder::on_event(const MemoryEvent& e) noexcept {
   else if (e.kind == EventKind::free_completed) record(trace::Op::free_completed, e.addr, 0, e.stream);
 }
 
+void flush_loop() {
+  Recorder& r = recorder();
+  std::unique_lock lock(r.flusher_mutex);
+  for (;;) {
+    if (r.flusher_wake.wait_for(lock, kFlushInterval, [&] { return r.flusher_stop; })) return;
+    lock.unlock();
+    {
+      std::lock_guard recording_lock(r.mutex);
+      if (r.writer) {
+        try {
+          r.writer->flush();
+        } catch (const std::exception& ex) {
+          std::fprintf(stderr, "gpumem: allocation trace stopped: %s\n", ex.what());
+          r.writer.reset();
+          recording = false;
+        }
+      }
+    }
+    lock.lock();
+  }
+}
+
+void start_flusher(Recorder& r) {
+  if (r.flusher) return;
+  {
+    std::lock_guard lock(r.flusher_mutex);
+    r.flusher_stop = false;
+  }
+  r.flusher = new std::thread(flush_loop);
+}
+
+void stop_flusher(Recorder& r) {
+  if (!r.flusher) return;
+  {
+    std::lock_guard lock(r.flusher_mutex);
+    r.flusher_stop = true;
+  }
+  r.flusher_wake.notify_all();
+  r.flusher->join();
+  delete r.flusher;
+  r.flusher = nullptr;
+}
+
+// fork() while the flusher holds the recorder's mutex would leave it locked forever in the child: the
+// mutex is held across fork. The child has no flusher (threads do not survive fork): its handle is let go.
+void before_fork() { recorder().mutex.lock(); }
+void after_fork_in_parent() { recorder().mutex.unlock(); }
+void after_fork_in_child() {
+  Recorder& r = recorder();
+  r.flusher = nullptr;  // the parent's thread: neither joined nor freed here
+  r.mutex.unlock();
+}
+
 void stop_at_exit() {
   try {
     trace_stop();
@@ -132,13 +198,18 @@ void trace_start(const std::string& path) {
     name_device(recorder(), a);
     a.add_observer(recorder_handle());
   });
+  start_flusher(r);
   static std::once_flag at_exit;
-  std::call_once(at_exit, [] { std::atexit(stop_at_exit); });
+  std::call_once(at_exit, [] {
+    pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
+    std::atexit(stop_at_exit);
+  });
 }
 
 std::size_t trace_stop() {
   Recorder& r = recorder();
   std::lock_guard one_at_a_time(r.starting_or_stopping);
+  stop_flusher(r);
   for_each_default_allocator([](Allocator& a) { a.remove_observer(&recorder()); });
   std::unique_ptr<trace::TraceWriter> writer;
   {

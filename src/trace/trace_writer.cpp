@@ -38,9 +38,13 @@ bool write_all(void* file, const std::string& text) {
 }  // namespace
 
 struct TraceWriter::Compressor {
+  struct Buffer {
+    std::string text;
+    bool sync;  // flush the file after it (gzip: Z_SYNC_FLUSH), so that it is readable up to here
+  };
   std::mutex mutex;
   std::condition_variable queued, taken;
-  std::deque<std::string> queue;
+  std::deque<Buffer> queue;
   bool closing = false, failed = false;
   std::thread thread;
 
@@ -51,21 +55,22 @@ struct TraceWriter::Compressor {
     while (true) {
       wait_until_ready(queued, lock, [&] { return !queue.empty() || closing; });
       if (queue.empty()) return;  // closing, everything written
-      std::string text = std::move(queue.front());
+      Buffer buffer = std::move(queue.front());
       queue.pop_front();
       lock.unlock();
       taken.notify_one();
-      const bool ok = write_all(file, text);
+      bool ok = write_all(file, buffer.text);
+      if (ok && buffer.sync) ok = gzflush(static_cast<gzFile>(file), Z_SYNC_FLUSH) == Z_OK;
       lock.lock();
       failed |= !ok;
     }
   }
   // Queues one buffer (waits while kMaxQueued are queued); false once a write has failed.
-  bool push(std::string&& text) {
+  bool push(std::string&& text, bool sync) {
     std::unique_lock lock(mutex);
     wait_until_ready(taken, lock, [&] { return queue.size() < kMaxQueued || failed; });
     if (failed) return false;
-    queue.push_back(std::move(text));
+    queue.push_back({std::move(text), sync});
     queued.notify_one();
     return true;
   }
@@ -171,7 +176,14 @@ bool TraceWriter::forked() const noexcept { return int(getpid()) != owner_pid_; 
 void TraceWriter::put(const char* text, std::size_t size) {
   if (!file_) throw TraceError(path_, 0, "the trace file is already closed");
   pending_.append(text, size);
-  if (pending_.size() >= kBufferBytes) hand_off();
+  unflushed_ = true;
+  if (pending_.size() >= kBufferBytes) hand_off(false);
+}
+
+void TraceWriter::flush() {
+  if (!file_ || !unflushed_) return;
+  hand_off(true);
+  unflushed_ = false;
 }
 
 void TraceWriter::let_go_of_parents() noexcept {
@@ -190,7 +202,7 @@ const char* TraceWriter::shut(bool flush) {
   return rc == Z_OK ? nullptr : "cannot finish the trace file";
 }
 
-void TraceWriter::hand_off() {
+void TraceWriter::hand_off(bool sync) {
   if (forked()) {
     let_go_of_parents();
     throw TraceError(path_, 0, "a forked child does not write its parent's trace");
@@ -199,7 +211,7 @@ void TraceWriter::hand_off() {
   std::string full;
   full.reserve(kBufferBytes + 256);
   full.swap(pending_);
-  if (compressor_->push(std::move(full))) return;
+  if (compressor_->push(std::move(full), sync)) return;
   shut(false);  // a write failed: the file is given up, and one error said
   throw TraceError(path_, 0, "cannot write the trace file (disk full?)");
 }
