@@ -2,7 +2,13 @@
 //
 // A trace is JSON lines, plain or gzip-compressed: line 1 is a header object
 // {"format": "gpumem-trace", "version": 1, ...}, every later line one flat event object
-// {"t": N, "op": "alloc", "addr": N, "size": N, "stream": N}.
+// {"t": N, "op": "alloc", "addr": N, "size": N, "stream": N}. Version 2 (what gpumem's recorder writes)
+// is version 1 with a last line {"end": true, "events": N}, written when the file is finished, so that a
+// trace cut short at a line boundary is known to be.
+//
+// A trace that ends early (a gzip stream cut short, a last line cut short, a version 2 trace without its
+// end record: what a process killed while recording leaves) gives its complete events, and says so in
+// TraceInfo::truncated; a trace with no complete event at all is still an error.
 //
 // Contract: TraceReader hands out the events of a trace one at a time, each checked against those before
 // it (time never goes backwards, every free names a live block, every free_completed a freed one, no
@@ -70,7 +76,13 @@ struct TraceSummary {
 struct TraceInfo {
   std::string path;
   std::string source, device;  // from the header; empty when absent
+  int version = 1;             // the header's; version 2 ends with an end record
   TraceSummary summary;
+  // The trace ends early: its process did not finish it (killed, crashed, or it is still writing). Its
+  // complete events are read; `truncation` says what ends early: a gzip stream cut short, a last line cut
+  // short, or (version 2) no end record. Known once next() returned false.
+  bool truncated = false;
+  std::string truncation;
 };
 
 // A trace held in memory.

@@ -1,5 +1,6 @@
-// Writes gpumem-trace version 1 (see trace.hpp): a header line, then one JSON event per line, gzip
-// compressed when the path ends in ".gz". What read_trace() reads back, event for event.
+// Writes gpumem-trace version 2 (see trace.hpp): a header line, then one JSON event per line, then at
+// close() the end record, gzip compressed when the path ends in ".gz". What read_trace() reads back, event
+// for event.
 //
 // The writing thread only formats lines into a buffer; full buffers (1 MiB) are compressed and written
 // by a thread of the writer's own, in order, at most a few buffers behind (then write() waits), so a

@@ -83,6 +83,10 @@ nlohmann::json to_json(const TraceInfo& t, const ReplayResult& r) {
       {"free_completed", s.free_completeds},
   };
   if (r.first_oom) j["oom"] = oom_json(*r.first_oom);
+  if (t.truncated) {  // only then: the output of a whole trace is as it was
+    j["truncated"] = true;
+    j["truncation"] = t.truncation;
+  }
   if (s.segment_events) {
     j["pytorch"] = {{"peak_reserved", s.recorded_peak_reserved},
                     {"ratio", s.peak_requested ? double(s.recorded_peak_reserved) / double(s.peak_requested) : 0.0},
@@ -158,7 +162,22 @@ struct ReplayArgs {
   bool min_limit = false;
   bool map_ahead = false;
   bool peak_breakdown = false;
+  bool strict = false;
 };
+
+// A trace that ends early (its process was killed while recording) replays the events it has, with one
+// line on stderr; --strict refuses it. True when the replay's figures may be printed.
+bool accept_ending(const ReplayArgs& args, const TraceInfo& t) {
+  if (!t.truncated) return true;
+  const std::string what = fmt::format("{}: the trace ends early after {} events: the recording process did not finish it ({})",
+                                       printable(t.path), grouped(t.summary.events), t.truncation);
+  if (args.strict) {
+    std::fprintf(stderr, "gpumem replay: %s; --strict refuses it\n", what.c_str());
+    return false;
+  }
+  std::fprintf(stderr, "gpumem replay: warning: %s\n", what.c_str());
+  return true;
+}
 
 // The sim device models at most this much memory: beyond it sizes stop being realistic and sums overflow.
 constexpr std::uint64_t kMaxReplayCapacity = std::uint64_t(1) << 50;
@@ -184,6 +203,7 @@ int find_min_capacity(const ReplayArgs& args, TraceInfo& t, std::uint64_t page) 
     std::fprintf(stderr, "gpumem replay: %s\n", e.what());
     return kExitOutOfMemory;
   }
+  if (!accept_ending(args, t)) return kExitUsage;
   if (args.json) {
     nlohmann::json j = to_json(t, m.unconstrained);
     j[key] = m.capacity;
@@ -252,6 +272,7 @@ int replay_once(const ReplayArgs& args, TraceInfo& t, std::uint64_t capacity, st
   options.map_ahead = args.map_ahead;
   options.track_peak_event = args.peak_breakdown;
   const ReplayResult r = trace::replay(args.path, t, options);
+  if (!accept_ending(args, t)) return kExitUsage;
   std::optional<report::ExcessBreakdown> breakdown;
   if (args.peak_breakdown && r.peak_reserved) {  // the same replay again, stopped at the peak
     options.track_peak_event = false;
@@ -350,6 +371,9 @@ CommandRunner setup_replay(CLI::App& sub) {
                  "of 8 or more of them is made of such pages, the rest of 2 MiB granules, as the CUDA backend does "
                  "(default 16MiB); "
                  "below 2MiB it is the granule too");
+  sub.add_flag("--strict", args->strict,
+               "Refuse a trace that ends early (exit status 2); by default its complete events are replayed, with "
+               "a warning on stderr and the JSON keys truncated and truncation");
   sub.add_flag("--json", args->json, "Print one JSON object (keys: events, peak_requested, peak_reserved, ratio, "
                                      "device_calls, ooms, seconds, ...)");
   sub.add_flag("--min-capacity", args->min_capacity,

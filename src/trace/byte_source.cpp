@@ -78,7 +78,10 @@ class GzipFile final : public ByteSource {
   ~GzipFile() override { inflateEnd(&z_); }
 
   std::size_t read(char* out, std::size_t n) override {
-    if (!deferred_.empty()) throw ByteSourceError(deferred_);
+    if (!deferred_.empty()) {
+      if (deferred_truncated_) throw TruncatedError(deferred_);
+      throw ByteSourceError(deferred_);
+    }
     z_.next_out = reinterpret_cast<Bytef*>(out);
     z_.avail_out = static_cast<uInt>(std::min<std::size_t>(n, UINT32_MAX));
     const uInt wanted = z_.avail_out;
@@ -87,6 +90,7 @@ class GzipFile final : public ByteSource {
     } catch (const ByteSourceError& e) {
       if (z_.avail_out == wanted) throw;
       deferred_ = e.what();  // hand out what was decoded first, so the damaged line gets its number
+      deferred_truncated_ = dynamic_cast<const TruncatedError*>(&e) != nullptr;
     }
     return wanted - z_.avail_out;
   }
@@ -105,7 +109,7 @@ class GzipFile final : public ByteSource {
         inflateReset(&z_);
         between_members_ = false;
       }
-      if (z_.avail_in == 0) throw corrupt("unexpected end of file");
+      if (z_.avail_in == 0) throw TruncatedError("the compressed data ends mid-stream");
       const int rc = inflate(&z_, Z_NO_FLUSH);
       if (rc == Z_STREAM_END) {
         between_members_ = true;
@@ -135,6 +139,7 @@ class GzipFile final : public ByteSource {
   bool at_eof_ = false;
   bool between_members_ = false;
   std::string deferred_;
+  bool deferred_truncated_ = false;
 };
 
 }  // namespace

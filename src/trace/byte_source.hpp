@@ -20,6 +20,13 @@ class ByteSourceError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The gzip data stops before its stream ends: the file was cut, as a process killed while it wrote its
+// trace leaves it. Thrown only once every byte decoded before the cut was handed out.
+class TruncatedError : public ByteSourceError {
+ public:
+  using ByteSourceError::ByteSourceError;
+};
+
 class ByteSource {
  public:
   virtual ~ByteSource() = default;

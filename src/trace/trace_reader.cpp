@@ -52,6 +52,8 @@ class LineReader {
   }
 
   std::size_t line() const { return line_; }  // the number of the line last returned
+  // The gzip data stopped mid-stream: the lines before the cut were handed out, the last one maybe cut.
+  bool cut() const { return cut_; }
 
  private:
   bool count() {
@@ -72,6 +74,9 @@ class LineReader {
     std::size_t got;
     try {
       got = source_->read(buffer_.data() + filled_, chunk_);
+    } catch (const TruncatedError&) {
+      got = 0;
+      cut_ = true;
     } catch (const ByteSourceError& e) {
       throw TraceError(path_, line_ + 1, e.what());  // lines complete so far were good; the damage is in the next
     }
@@ -86,7 +91,14 @@ class LineReader {
   std::size_t line_ = 0;
   std::size_t chunk_ = std::size_t(32) << 10;  // the next read's size is twice this, at most kChunkBytes
   bool at_end_ = false;
+  bool cut_ = false;
 };
+
+// A last line without its '\n' that starts like an event: the rest of it was never written.
+bool cut_short(std::string_view line) {
+  const std::size_t first = line.find_first_not_of(" \t\r");
+  return first != std::string_view::npos && line[first] == '{';
+}
 
 // Where a reader's bytes come from: a file (opened once, read from its start at every pass) or text.
 class Input {
@@ -152,13 +164,19 @@ struct TraceReader::Impl {
   // From the first line: the header, then the events with a fresh validator.
   void start() {
     info.summary = TraceSummary{.has_free_completed = info.summary.has_free_completed};
+    info.truncated = false;
+    info.truncation.clear();
+    ended = false;
     done = false;
     validator.reset();
     lines.emplace(input.open(), info.path);
     validator.emplace(info.path, info.summary);
     std::string_view line;
     bool complete;
-    if (!lines->next(line, complete)) throw TraceError(info.path, 1, "the file is empty; expected a gpumem-trace header");
+    if (!lines->next(line, complete)) {
+      if (lines->cut()) throw TraceError(info.path, 1, "the trace ends before its header: the recording process did not finish it");
+      throw TraceError(info.path, 1, "the file is empty; expected a gpumem-trace header");
+    }
     info.source.clear();
     info.device.clear();
     header(line);
@@ -175,8 +193,9 @@ struct TraceReader::Impl {
       fail("not a gpumem-trace file (line 1 must be a header like {\"format\": \"gpumem-trace\", \"version\": 1})");
     const auto& version = json.contains("version") ? json["version"] : nlohmann::json();
     if (!version.is_number_integer()) fail("the gpumem-trace header has no integer \"version\"");
-    if (version.get<std::int64_t>() != 1)
-      fail("unsupported gpumem-trace version " + version.dump() + " (this gpumem reads version 1)");
+    if (version.get<std::int64_t>() != 1 && version.get<std::int64_t>() != 2)
+      fail("unsupported gpumem-trace version " + version.dump() + " (this gpumem reads versions 1 and 2)");
+    info.version = int(version.get<std::int64_t>());
     if (json.contains("source") && json["source"].is_string()) info.source = json["source"].get<std::string>();
     if (json.contains("device") && json["device"].is_string()) info.device = json["device"].get<std::string>();
   }
@@ -189,7 +208,13 @@ struct TraceReader::Impl {
     bool complete;
     while (lines->next(line, complete)) {
       if (blank(line)) continue;
+      if (ended) fail("text after the end record");
       if (!parse_event_line(line, event, problem)) {
+        if (info.version >= 2 && end_record(line)) continue;
+        if (!complete && (lines->cut() || cut_short(line))) {
+          end_early(lines->cut() ? kCutStream : "its last line is cut short");
+          break;
+        }
         if (!complete) problem = "the last line is incomplete (truncated file?): " + problem;
         fail(problem);
       }
@@ -197,9 +222,34 @@ struct TraceReader::Impl {
       validator->add(event);
       return true;
     }
-    if (info.summary.events == 0) throw TraceError(info.path, lines->line() + 1, "the trace has no events after its header");
+    if (lines->cut()) end_early(kCutStream);
+    if (info.version >= 2 && !ended) end_early("it has no end record");
+    if (info.summary.events == 0) {
+      if (info.truncated)
+        throw TraceError(info.path, lines->line() + 1, "the trace ends before its first event: the recording process did not finish it");
+      throw TraceError(info.path, lines->line() + 1, "the trace has no events after its header");
+    }
     done = true;
     return false;
+  }
+
+  static constexpr const char* kCutStream = "its compressed data stops mid-stream";
+  void end_early(const char* why) {
+    if (info.truncated) return;  // the first reason found
+    info.truncated = true;
+    info.truncation = why;
+  }
+
+  // {"end": true, "events": N}: the last line of a version 2 trace; N must be the events read.
+  bool end_record(std::string_view text) {
+    if (text.find("\"end\"") == std::string_view::npos) return false;
+    const auto json = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+    if (json.is_discarded() || !json.is_object() || !json.contains("end") || json["end"] != true) return false;
+    const auto& events = json.contains("events") ? json["events"] : nlohmann::json();
+    if (!events.is_number_unsigned() || events.get<std::uint64_t>() != info.summary.events)
+      fail("the end record counts " + events.dump() + " events, but the trace has " + std::to_string(info.summary.events));
+    ended = true;
+    return true;
   }
 
   Input input;
@@ -207,6 +257,7 @@ struct TraceReader::Impl {
   std::optional<LineReader> lines;
   std::optional<TraceValidator> validator;
   std::string problem;
+  bool ended = false;  // the end record was read
   bool done = false;
 };
 

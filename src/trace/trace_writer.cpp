@@ -148,7 +148,7 @@ bool TraceWriter::writes(const std::string& path) const {
 }
 
 void TraceWriter::put_header() {
-  nlohmann::json header = {{"format", "gpumem-trace"}, {"version", 1}, {"source", source_}, {"device", device_}};
+  nlohmann::json header = {{"format", "gpumem-trace"}, {"version", 2}, {"source", source_}, {"device", device_}};
   header_written_ = true;
   const std::string line = header.dump() + "\n";
   put(line.data(), line.size());
@@ -223,6 +223,9 @@ void TraceWriter::close() {
     return;
   }
   if (!header_written_) put_header();  // a trace without events still starts with its header
+  // The end record: a reader tells a finished trace from one whose process died at a line boundary.
+  const std::string end = "{\"end\": true, \"events\": " + std::to_string(events_) + "}\n";
+  put(end.data(), end.size());  // throws if the buffer it filled could not be written (the file given up)
   if (const char* failed = shut(true)) throw TraceError(path_, 0, failed);
 }
 

@@ -66,6 +66,8 @@ TEST_F(TraceRecorder, RecordsAllocationsAndFreesInOrder) {
   EXPECT_EQ(t.events[0].addr, reinterpret_cast<std::uintptr_t>(a));
   EXPECT_EQ(t.summary.peak_requested, std::uint64_t(1000 + (3 << 20)));
   EXPECT_EQ(t.device, "host memory (test device)");  // the recording allocator's device names it
+  EXPECT_EQ(t.version, 2);
+  EXPECT_FALSE(t.truncated);  // finished: its end record is there
   std::remove(path.c_str());
 }
 
@@ -239,6 +241,9 @@ TEST_F(TraceRecorder, AProcessKilledLeavesWhatItRecordedASecondBefore) {
     ASSERT_EQ(lines.size(), 301u) << c.ending << " signal " << c.how << ": the header and 300 events";
     EXPECT_NE(lines[0].find("gpumem-trace"), std::string::npos) << lines[0];
     EXPECT_NE(lines[300].find("free_completed"), std::string::npos) << lines[300];
+    const gpumem::trace::Trace t = gpumem::trace::read_trace(c.path);  // replayable: it says it ends early
+    EXPECT_EQ(t.events.size(), 300u);
+    EXPECT_TRUE(t.truncated);
     std::remove(c.path.c_str());
   }
 }

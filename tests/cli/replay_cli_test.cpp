@@ -74,6 +74,45 @@ TEST_F(ReplayCli, PrintsTheTableAndExitsZero) {
   }
 }
 
+// A process killed while recording leaves its trace cut short (a gzip stream without its end, a last line
+// cut, or no end record in a version 2 trace): its complete events replay, with one line on stderr and
+// "truncated" in the JSON; --strict refuses it.
+TEST_F(ReplayCli, ATraceThatEndsEarlyReplaysWhatItHas) {
+  std::string v2 = R"({"format": "gpumem-trace", "version": 2, "source": "cli test", "device": "none"})" "\n";
+  std::string body;
+  for (int i = 0; i < 3000; ++i)
+    body += "{\"t\": 1, \"op\": \"alloc\", \"addr\": " + std::to_string(4096 * (i + 1)) + ", \"size\": 512, \"stream\": 0}\n";
+  const std::string gz = write_gzip("cut.jsonl.gz", v2 + body);
+  fs::resize_file(gz, fs::file_size(gz) * 2 / 3);
+  const std::string mid_line = write("mid.jsonl", kSmall + R"({"t": 1, "op": "alloc", "addr": 99, "si)");
+  const std::string no_end = write("noend.jsonl", v2 + body);
+  const std::string ended = write("ended.jsonl", v2 + body + "{\"end\": true, \"events\": 3000}\n");
+  for (const std::string& path : {gz, mid_line, no_end}) {
+    const Outcome r = gpumem({path, "--json"});
+    ASSERT_EQ(r.status, 0) << path << "\n" << r.err;
+    EXPECT_EQ(r.err.rfind("gpumem replay: warning: " + path + ": the trace ends early after ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find(" events: the recording process did not finish it ("), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["truncated"], true) << path;
+    EXPECT_GT(j["events"].get<std::size_t>(), 0u) << path;
+    EXPECT_TRUE(j["truncation"].is_string()) << path;
+    const Outcome strict = gpumem({path, "--strict"});
+    EXPECT_EQ(strict.status, 2) << path;
+    EXPECT_EQ(strict.out, "");
+    EXPECT_NE(strict.err.find("--strict refuses it"), std::string::npos) << strict.err;
+  }
+  EXPECT_EQ(nlohmann::json::parse(gpumem({no_end, "--json"}).out)["events"], 3000);
+  EXPECT_EQ(nlohmann::json::parse(gpumem({mid_line, "--json"}).out)["events"], 10);
+  const Outcome whole = gpumem({ended, "--json", "--strict"});
+  EXPECT_EQ(whole.status, 0) << whole.err;
+  EXPECT_EQ(whole.err, "");
+  EXPECT_FALSE(nlohmann::json::parse(whole.out).contains("truncated"));
+  const Outcome min = gpumem({no_end, "--min-capacity", "--json"});
+  EXPECT_EQ(min.status, 0) << min.err;
+  EXPECT_NE(min.err.find("the trace ends early after 3,000 events"), std::string::npos) << min.err;
+}
+
 TEST_F(ReplayCli, JsonHasTheStableKeys) {
   const Outcome r = gpumem({write_gzip("small.jsonl.gz", kSmall), "--json"});
   ASSERT_EQ(r.status, 0) << r.err;
@@ -275,7 +314,7 @@ TEST_F(ReplayCli, BadInputExitsTwoWithOneSentence) {
       {{write("neg.jsonl", trace_text({}) + "{\"t\": 1, \"op\": \"alloc\", \"addr\": 1, \"size\": -5, \"stream\": 0}\n")}, "line 2: negative size"},
       {{write("miss.jsonl", trace_text({}) + "{\"t\": 1, \"op\": \"alloc\", \"addr\": 1, \"stream\": 0}\n")}, "line 2: missing field \"size\""},
       {{write("hdr.jsonl", "{\"format\": \"chrome-trace\"}\n")}, "line 1: not a gpumem-trace file"},
-      {{truncated}, "the compressed data is corrupt or truncated"},
+      {{truncated, "--strict"}, "trunc.jsonl.gz: the trace ends early after "},
       {{appended}, "appended.jsonl.gz: line 3002: 7 bytes after the end of the gzip data"},
       {{(dir_ / "absent.jsonl.gz").string()}, "cannot open the trace"},
       {{good, "--capacity", "lots"}, "invalid size \"lots\""},

@@ -164,25 +164,56 @@ TEST(TraceReader, MissingFileIsAClearError) {
   }
 }
 
-TEST(TraceReader, TruncatedGzipNamesTheLine) {
+// What a process killed while recording leaves: a gzip stream cut short. Its complete events are read, and
+// the trace says it ends early.
+TEST(TraceReader, ATruncatedGzipGivesItsCompleteEvents) {
   std::string text = kHeader + "\n";
-  for (int i = 0; i < 5000; ++i) text += ev("alloc", 4096 + 512 * std::uint64_t(i), 512) + "\n";
+  for (int i = 0; i < 5000; ++i) text += ev("alloc", 4096 + 512 * std::uint64_t(i), 512 + std::uint64_t(i)) + "\n";
   TempDir dir;
   const std::string path = dir.write_gzip("t.jsonl.gz", text);
   const auto full = std::filesystem::file_size(path);
   std::filesystem::resize_file(path, full / 2);
-  try {
-    read_trace(path);
-    FAIL();
-  } catch (const TraceError& e) {
-    EXPECT_GT(e.line(), 1u);
-    EXPECT_LT(e.line(), 5002u);
-    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
-  }
+  Trace t;
+  ASSERT_NO_THROW(t = read_trace(path));
+  EXPECT_TRUE(t.truncated);
+  EXPECT_NE(t.truncation.find("mid-stream"), std::string::npos) << t.truncation;
+  ASSERT_GT(t.events.size(), 1u);
+  ASSERT_LT(t.events.size(), 5000u);
+  for (std::size_t i = 0; i < t.events.size(); ++i) ASSERT_EQ(t.events[i].size, 512 + i) << i;  // none cut short
   // only the 8-byte trailer missing: every line is intact, but the file is still incomplete
   const std::string path2 = dir.write_gzip("v.jsonl.gz", text);
   std::filesystem::resize_file(path2, std::filesystem::file_size(path2) - 4);
-  EXPECT_THROW(read_trace(path2), TraceError);
+  ASSERT_NO_THROW(t = read_trace(path2));
+  EXPECT_TRUE(t.truncated);
+  EXPECT_EQ(t.events.size(), 5000u);
+  // cut before its first event: nothing to replay, one sentence
+  std::filesystem::resize_file(path2, 30);
+  try {
+    read_trace(path2);
+    FAIL();
+  } catch (const TraceError& e) {
+    EXPECT_NE(std::string(e.what()).find("did not finish it"), std::string::npos) << e.what();
+  }
+}
+
+// Version 2 (what the recorder writes) ends with an end record: a trace cut at a line boundary is told
+// from a finished one. Version 1 has none, and is read as it always was.
+TEST(TraceReader, AVersion2TraceWithoutItsEndRecordEndsEarly) {
+  const std::string v2 = R"({"format": "gpumem-trace", "version": 2, "source": "unit test", "device": "sim"})";
+  const std::string body = lines({ev("alloc", 4096, 100), ev("free", 4096, 100)});
+  Trace t = parse_trace(v2 + "\n" + body + "{\"end\": true, \"events\": 2}\n", "t.jsonl");
+  EXPECT_EQ(t.events.size(), 2u);
+  EXPECT_EQ(t.version, 2);
+  EXPECT_FALSE(t.truncated);
+  t = parse_trace(v2 + "\n" + body, "t.jsonl");
+  EXPECT_EQ(t.events.size(), 2u);
+  EXPECT_TRUE(t.truncated);
+  EXPECT_EQ(t.truncation, "it has no end record");
+  t = parse_trace(kHeader + "\n" + body, "t.jsonl");
+  EXPECT_FALSE(t.truncated);
+  expect_error(v2 + "\n" + body + "{\"end\": true, \"events\": 3}\n", 4, "the end record counts 3 events, but the trace has 2");
+  expect_error(v2 + "\n" + body + "{\"end\": true, \"events\": 2}\n" + ev("alloc", 4096, 1) + "\n", 5, "after the end record");
+  expect_error(kHeader + "\n" + body + "{\"end\": true, \"events\": 2}\n", 4, "missing field");  // not in version 1
 }
 
 TEST(TraceReader, CorruptGzipIsAnError) {
@@ -221,8 +252,11 @@ TEST(TraceReader, BytesAfterTheGzipDataAreAnErrorNamingTheFile) {
       {"garbage here\n", "13 bytes after the end of the gzip data"},
       {std::string("\xA5\x00\x17", 3), "3 bytes after the end of the gzip data"},
       {std::string(512, '\0'), "512 bytes after the end of the gzip data"},
-      {gz_b.substr(0, gz_b.size() / 2), "corrupt or truncated"},
   };
+  // A second member cut short is a trace cut short: it ends early.
+  const Trace cut = read_trace(dir.write_plain("cut.gz", gz_a + gz_b.substr(0, gz_b.size() / 2)));
+  EXPECT_TRUE(cut.truncated);
+  EXPECT_EQ(cut.events.size(), 1u);
   for (const auto& [tail, needle] : tails) {
     const std::string path = dir.write_plain("tail.gz", gz_a + tail);
     try {
@@ -294,9 +328,14 @@ TEST(TraceReader, PipeIsReadOnceAndRewindable) {
   }
 }
 
-TEST(TraceReader, TruncatedPlainLastLine) {
-  const std::string text = kSimple + R"({"t": 1, "op": "alloc", "addr": 77, "si)";
-  expect_error(text, 7, "incomplete");
+TEST(TraceReader, APlainTraceCutMidLineGivesItsCompleteEvents) {
+  const Trace whole = parse_trace(kSimple, "t.jsonl");
+  const Trace t = parse_trace(kSimple + R"({"t": 1, "op": "alloc", "addr": 77, "si)", "t.jsonl");
+  EXPECT_TRUE(t.truncated);
+  EXPECT_EQ(t.truncation, "its last line is cut short");
+  EXPECT_EQ(t.events.size(), whole.events.size());
+  EXPECT_FALSE(whole.truncated);
+  expect_error(kSimple + "garbage", 7, "incomplete");  // not the start of an event: damage
 }
 
 TEST(TraceReader, HeaderErrors) {
@@ -305,7 +344,7 @@ TEST(TraceReader, HeaderErrors) {
   expect_error("[1, 2]\n", 1, "not a gpumem-trace file");
   expect_error(R"({"format": "other", "version": 1})" "\n", 1, "not a gpumem-trace file");
   expect_error(R"({"format": "gpumem-trace"})" "\n", 1, "no integer \"version\"");
-  expect_error(R"({"format": "gpumem-trace", "version": 2})" "\n", 1, "unsupported gpumem-trace version 2");
+  expect_error(R"({"format": "gpumem-trace", "version": 3})" "\n", 1, "unsupported gpumem-trace version 3");
   expect_error(kHeader + "\n", 2, "no events");
   // A source named in another encoding (Latin-1 here) is not UTF-8: shown replaced, the trace read.
   const Trace latin1 = parse_trace(lines({"{\"format\": \"gpumem-trace\", \"version\": 1, \"source\": \"caf\xe9\"}",
