@@ -135,9 +135,9 @@ Allocator& create(int device) {
   // The trace recorder observes it before other threads can see it (they would allocate unrecorded
   // meanwhile: under load a whole thread's work was missing from a trace), and again after, for a trace
   // started in between (observers are added once).
-  api::trace_attach(*raw);
+  api::trace_attach(device, *raw);
   r.allocators[std::size_t(device)].store(raw, std::memory_order_release);
-  api::trace_attach(*raw);
+  api::trace_attach(device, *raw);
   return *raw;
 }
 

@@ -187,6 +187,36 @@ TEST_F(TraceRecorder, ThreadsRecordEveryEventInTheOrderItTookEffect) {
   std::remove(path.c_str());
 }
 
+// A trace holds one device: the events of two devices in one file replayed as one device (host backend:
+// 1 GiB on each replayed as 2 GiB; sim backend: the same addresses on both, an unreadable trace). Each
+// device after the first writes its own file beside the one named.
+TEST_F(TraceRecorder, EachDeviceWritesItsOwnTrace) {
+  const std::string path = temp_path("-devices.jsonl.gz");
+  const std::string beside = temp_path("-devices.dev1.jsonl.gz");
+  std::remove(beside.c_str());
+  ASSERT_EQ(gpumem_trace_start(path.c_str()), GPUMEM_OK) << gpumem_last_error();
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  ASSERT_EQ(gpumem_allocate(1 << 20, 0, nullptr, &a), GPUMEM_OK);
+  ASSERT_EQ(gpumem_allocate(3 << 20, 1, nullptr, &b), GPUMEM_OK);
+  ASSERT_EQ(gpumem_allocate(1000, 0, nullptr, &c), GPUMEM_OK);
+  ASSERT_EQ(gpumem_deallocate(b, 1, nullptr), GPUMEM_OK);
+  ASSERT_EQ(gpumem_deallocate(a, 0, nullptr), GPUMEM_OK);
+  ASSERT_EQ(gpumem_deallocate(c, 0, nullptr), GPUMEM_OK);
+  EXPECT_EQ(gpumem_trace_stop(), 9);
+  const gpumem::trace::Trace first = gpumem::trace::read_trace(path);
+  EXPECT_EQ(first.events.size(), 6u);
+  EXPECT_EQ(first.summary.peak_requested, std::uint64_t((1 << 20) + 1000));
+  EXPECT_FALSE(first.truncated);
+  gpumem::trace::Trace second;
+  ASSERT_NO_THROW(second = gpumem::trace::read_trace(beside));
+  EXPECT_EQ(second.events.size(), 3u);
+  EXPECT_EQ(second.summary.peak_requested, std::uint64_t(3 << 20));
+  EXPECT_EQ(second.device, "host memory (test device)");
+  EXPECT_FALSE(second.truncated);
+  std::remove(path.c_str());
+  std::remove(beside.c_str());
+}
+
 // The lines of a trace file as far as they can be decoded: a process killed leaves a gzip file without its
 // trailer, which gzread decodes up to the cut before it reports the error.
 std::vector<std::string> decodable_lines(const std::string& path) {
