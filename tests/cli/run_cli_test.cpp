@@ -22,6 +22,17 @@
 
 namespace {
 
+// In a forked child: becomes gpumem ARGS (exit 127 if it cannot).
+[[noreturn]] void exec_gpumem(const std::vector<std::string>& args) {
+  std::vector<std::string> full = {gpumem::testing::gpumem_binary()};
+  full.insert(full.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : full) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  execv(argv[0], argv.data());
+  _exit(127);
+}
+
 namespace fs = std::filesystem;
 using gpumem::testing::run_gpumem;
 using gpumem::testing::slurp;
@@ -43,13 +54,7 @@ class RunCli : public ::testing::Test {
       setsid();
       setenv("TMPDIR", dir_.c_str(), 1);
       if (before_exec) before_exec();
-      std::vector<std::string> full = {gpumem::testing::gpumem_binary()};
-      full.insert(full.end(), args.begin(), args.end());
-      std::vector<char*> argv;
-      for (auto& a : full) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
+      exec_gpumem(args);
     }
     return pid;
   }
@@ -389,13 +394,7 @@ OnTerminal start_on_terminal(const std::vector<std::string>& args, const fs::pat
     dup2(fd, 1);
     dup2(fd, 2);
     setenv("TMPDIR", tmpdir.c_str(), 1);
-    std::vector<std::string> full = {gpumem::testing::gpumem_binary()};
-    full.insert(full.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : full) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
+    exec_gpumem(args);
   }
   return t;
 }
