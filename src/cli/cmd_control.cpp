@@ -101,6 +101,9 @@ int for_each_target(const ControlArgs& a, const std::function<nlohmann::ordered_
     }
   }
   if (a.json) print_json(out);
+  else if (pids.empty())  // --all with nobody to ask: say so rather than print nothing
+    std::fprintf(stderr, "gpumem: no gpumem process of %s is running (none has a control socket).\n",
+                 geteuid() == 0 ? "any user" : "this user");
   if (failures == 0) return kExitOk;
   return a.all && failures < int(pids.size()) ? kExitPartial : kExitFailure;
 }

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <thread>
 #include <vector>
 
@@ -326,6 +327,15 @@ TEST(ControlProcess, AProcessNamingItsSocketByAnotherPidIsListedByItsOwn) {
   ASSERT_EQ(link(theirs.c_str(), mine.c_str()), 0);
   EXPECT_EQ(list_processes().size(), 1u);
   unlink(theirs.c_str());
+}
+
+TEST(ControlProcess, AllWithNobodyToAskSaysSo) {
+  ControlDir dir;
+  auto [rc, out] = shell(kGpumem + " stats --all 2>&1");
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("no gpumem process"), std::string::npos) << "printed nothing at all: " << out;
+  std::tie(rc, out) = shell(kGpumem + " stats --all --json 2>&1");
+  EXPECT_EQ(out, "[]\n") << "--json stays a plain empty list";
 }
 
 TEST(ControlProcess, AnotherUserIsRefused) {
