@@ -97,10 +97,12 @@ void gpumem_free(void* ptr, size_t /*size*/, int device, void* stream) {
     tls_last_error = "gpumem: free of a pointer no gpumem allocator handed out";
     return;
   }
-  if (a->try_deallocate(ptr, stream_id(stream)) != FreeResult::unknown_pointer) return;
+  const FreeResult result = a->try_deallocate(ptr, stream_id(stream));
+  if (result == FreeResult::ok) return;
   // Another device's block, freed under the wrong current device: its owner takes it back.
-  if (Allocator* owner = owner_of(ptr); owner && owner != a) return owner->deallocate(ptr, stream_id(stream));
-  a->deallocate(ptr, stream_id(stream));  // reports the invalid free
+  if (result == FreeResult::unknown_pointer)
+    if (Allocator* owner = owner_of(ptr); owner && owner != a) return owner->deallocate(ptr, stream_id(stream));
+  a->deallocate(ptr, stream_id(stream));  // reports it (a double free, a pointer nobody handed out) and counts it
 }
 
 void gpumem_empty_cache(void) { gpumem_empty_cache_checked(); }

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -223,6 +224,9 @@ void after_fork_in_parent() { recorder().mutex.unlock(); }
 void after_fork_in_child() {
   Recorder& r = recorder();
   r.flusher = nullptr;  // the parent's thread: neither joined nor freed here
+  // Its mutex and condition may be held or waited on by that thread, which the child does not have.
+  new (&r.flusher_mutex) std::mutex;
+  new (&r.flusher_wake) std::condition_variable;
   r.mutex.unlock();
 }
 
@@ -274,12 +278,12 @@ void trace_start(const std::string& path) {
     name_device(recorder(), device, a);
     a.add_observer(observer_of(device));
   });
-  start_flusher(r);
-  static std::once_flag at_exit;
+  static std::once_flag at_exit;  // the fork handlers first: a fork must never copy a flusher unannounced
   std::call_once(at_exit, [] {
     pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
     std::atexit(stop_at_exit);
   });
+  start_flusher(r);
 }
 
 std::size_t trace_stop() {

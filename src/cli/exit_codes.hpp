@@ -17,7 +17,7 @@ inline constexpr const char* kExitCodeHelp =
     "Exit codes:\n"
     "  0  success\n"
     "  1  the command failed (I/O or internal error)\n"
-    "  2  bad usage or bad input (unknown flag or field, corrupt or truncated file)\n"
+    "  2  bad usage or bad input (unknown flag or field, corrupt file; a trace that ends early only with --strict)\n"
     "  3  out of memory (replay --capacity, run --limit, or this machine's RAM)\n"
     "  4  no GPU driver or NVML, or no such GPU\n"
     "  5  partly done (kill: some processes survived or could not be signalled)\n"

@@ -71,13 +71,14 @@ void* Allocator::allocate_after_releasing_cache(std::size_t bytes, StreamId stre
     }
   }
   // The last resort, as PyTorch's: a free block of a MemPool created with use_on_oom.
-  for (StreamPool* fallback : d.privates.oom_fallbacks(stream)) {
-    std::lock_guard lock(fallback->lock());
-    try {
-      if (Block* b = fallback->allocate_cached(bytes)) return reinterpret_cast<void*>(b->addr);
-    } catch (const OutOfMemoryError&) {
-    }
-  }
+  if (Block* b = d.privates.take_from_oom_pools(stream, [&](StreamPool& pool) -> Block* {
+        try {
+          return pool.allocate_cached(bytes);
+        } catch (const OutOfMemoryError&) {
+          return nullptr;
+        }
+      }))
+    return reinterpret_cast<void*>(b->addr);
   if (!d.privates.capturing()) {  // as release_cached_everywhere: no driver release during a capture
     // A failed growth may have made pages it then could not use (the large part of a request made, its
     // rest refused): they go back now, so a caught out-of-memory leaves reserved where it was.

@@ -106,14 +106,17 @@ void PrivatePools::set_use_on_oom(PoolId id, bool on) {
   p->use_on_oom = on;
 }
 
-std::vector<StreamPool*> PrivatePools::oom_fallbacks(StreamId stream) const {
+Block* PrivatePools::take_from_oom_pools(StreamId stream, const std::function<Block*(StreamPool&)>& take) {
   std::lock_guard lock(mutex_);
-  std::vector<StreamPool*> out;
-  for (const Pool& p : pools_)
-    if (p.use_on_oom && p.use_count > 0)
-      for (StreamPool* sp : p.pools)
-        if (sp->stream() == stream) out.push_back(sp);
-  return out;
+  for (const Pool& p : pools_) {
+    if (!p.use_on_oom || p.use_count == 0) continue;
+    for (StreamPool* sp : p.pools) {
+      if (sp->stream() != stream) continue;
+      std::lock_guard pool_lock(sp->lock());
+      if (Block* b = take(*sp)) return b;
+    }
+  }
+  return nullptr;
 }
 
 void PrivatePools::retire_empty() noexcept {

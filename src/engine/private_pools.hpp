@@ -44,9 +44,11 @@ class PrivatePools {
   // Freeable pools whose stream pools hold nothing any more become spares. Call after releasing memory.
   void retire_empty() noexcept;
   // torch.cuda.MemPool(use_on_oom=True): a live pool whose free blocks an allocation outside every pool may
-  // take as a last resort before it fails. oom_fallbacks lists those pools' stream pools on `stream`.
+  // take as a last resort before it fails. take_from_oom_pools tries `take` (called with the stream pool's
+  // lock held) on those pools' stream pools on `stream`, under this registry's mutex, so that no pool is
+  // released and reused for a graph meanwhile; the first non-null result is returned.
   void set_use_on_oom(PoolId pool, bool on);
-  std::vector<StreamPool*> oom_fallbacks(StreamId stream) const;
+  Block* take_from_oom_pools(StreamId stream, const std::function<Block*(StreamPool&)>& take);
 
  private:
   struct Pool {

@@ -94,10 +94,11 @@ class LineReader {
   bool cut_ = false;
 };
 
-// A last line without its '\n' that starts like an event: the rest of it was never written.
+// A last line without its '\n' that starts like an event and is not whole JSON: the rest of it was never
+// written. A whole object that is no valid event is corrupt, not cut.
 bool cut_short(std::string_view line) {
   const std::size_t first = line.find_first_not_of(" \t\r");
-  return first != std::string_view::npos && line[first] == '{';
+  return first != std::string_view::npos && line[first] == '{' && !nlohmann::json::accept(line);
 }
 
 // Where a reader's bytes come from: a file (opened once, read from its start at every pass) or text.

@@ -111,6 +111,16 @@ TEST(CApi, AnotherDevicesBlockIsFreedByItsOwner) {
   gpumem_free(on_seven, 4096, 8, nullptr);  // PyTorch's pluggable free, the wrong device passed
   EXPECT_EQ(gpumem_memory_allocated(7), 0u);
   EXPECT_EQ(gpumem_deallocate(on_seven, 8, nullptr), GPUMEM_E_INVALID) << "freed once only";
+  auto invalid_frees = [](int device) {
+    std::vector<char> buf(1 << 16);
+    gpumem_memory_stats_json(device, buf.data(), buf.size());
+    const std::string json(buf.data());
+    const std::size_t at = json.find("\"gpumem.num_invalid_frees\":");
+    return at == std::string::npos ? -1 : std::atoi(json.c_str() + at + 27);
+  };
+  const int before = invalid_frees(7);
+  gpumem_free(on_seven, 4096, 7, nullptr);  // a double free through PyTorch's path is still reported
+  EXPECT_EQ(invalid_frees(7), before + 1);
 }
 
 TEST(CApi, TextBuffersReportTheLengthTheyNeed) {

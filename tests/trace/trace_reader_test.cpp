@@ -336,6 +336,8 @@ TEST(TraceReader, APlainTraceCutMidLineGivesItsCompleteEvents) {
   EXPECT_EQ(t.events.size(), whole.events.size());
   EXPECT_FALSE(whole.truncated);
   expect_error(kSimple + "garbage", 7, "incomplete");  // not the start of an event: damage
+  // A whole object that is no valid event, only its '\n' missing: corrupt, not cut short.
+  expect_error(kSimple + R"({"t": 1, "op": "alloc", "addr": 77, "size": -5, "stream": 0})", 7, "negative size");
 }
 
 TEST(TraceReader, HeaderErrors) {
