@@ -343,17 +343,7 @@ class CudaBackend final : public Backend {
 
   EventHandle record_event(StreamId stream) override {
     ContextGuard guard(context_);
-    CUcontext owner = nullptr;  // another GPU's stream (record_stream): an event of its own context records it
-    if (driver().cuStreamGetCtx && driver().cuStreamGetCtx(reinterpret_cast<CUstream>(stream), &owner) == CUDA_SUCCESS &&
-        owner && owner != context_)
-      return record_foreign(owner, reinterpret_cast<CUstream>(stream));
-    CUevent event = events_.take();
-    CUresult r = driver().cuEventRecord(event, reinterpret_cast<CUstream>(stream));
-    if (r != CUDA_SUCCESS) {
-      release_event(EventHandle(reinterpret_cast<std::uintptr_t>(event)));
-      check(r, "cuEventRecord");
-    }
-    return EventHandle(reinterpret_cast<std::uintptr_t>(event));
+    return EventHandle(reinterpret_cast<std::uintptr_t>(events_.record(reinterpret_cast<CUstream>(stream), context_)));
   }
 
   // The handle is the CUevent itself: no table lookup, so concurrent queries need no lock.
@@ -384,17 +374,6 @@ class CudaBackend final : public Backend {
   CUcontext context() const noexcept { return context_; }
 
  private:
-  EventHandle record_foreign(CUcontext owner, CUstream stream) {
-    ContextGuard guard(owner);
-    CUevent event = events_.take_foreign();
-    CUresult r = driver().cuEventRecord(event, stream);
-    if (r != CUDA_SUCCESS) {
-      events_.give(event);
-      check(r, "cuEventRecord");
-    }
-    return EventHandle(reinterpret_cast<std::uintptr_t>(event));
-  }
-
   // Appends `n` new pages to `pages` (spares of MapAhead first); on failure releases those it added and
   // throws. When the device is full, pages made ahead are given back first and the call is tried again.
   void create_pages(std::size_t n, std::size_t page, std::vector<CUmemGenericAllocationHandle>& pages) {

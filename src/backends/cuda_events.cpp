@@ -1,5 +1,7 @@
 #include "backends/cuda_events.hpp"
 
+#include <optional>
+
 namespace gpumem::cuda {
 
 CUevent CudaEventPool::take() {
@@ -17,6 +19,20 @@ CUevent CudaEventPool::take() {
   std::lock_guard<std::mutex> lock(mutex_);
   all_.emplace(e, true);
   return e;
+}
+
+CUevent CudaEventPool::record(CUstream stream, CUcontext own) {
+  CUcontext owner = nullptr;  // another GPU's stream: an event of its own context records it
+  const bool foreign = driver().cuStreamGetCtx && driver().cuStreamGetCtx(stream, &owner) == CUDA_SUCCESS &&
+                       owner && owner != own;
+  std::optional<ContextGuard> guard;
+  if (foreign) guard.emplace(owner);
+  CUevent event = foreign ? take_foreign() : take();
+  if (CUresult r = driver().cuEventRecord(event, stream); r != CUDA_SUCCESS) {
+    give(event);
+    check(r, "cuEventRecord");
+  }
+  return event;
 }
 
 CUevent CudaEventPool::take_foreign() {

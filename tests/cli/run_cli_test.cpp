@@ -22,16 +22,7 @@
 
 namespace {
 
-// In a forked child: becomes gpumem ARGS (exit 127 if it cannot).
-[[noreturn]] void exec_gpumem(const std::vector<std::string>& args) {
-  std::vector<std::string> full = {gpumem::testing::gpumem_binary()};
-  full.insert(full.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : full) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  execv(argv[0], argv.data());
-  _exit(127);
-}
+using gpumem::testing::exec_gpumem;
 
 namespace fs = std::filesystem;
 using gpumem::testing::run_gpumem;

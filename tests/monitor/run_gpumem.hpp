@@ -26,6 +26,17 @@ struct RunResult {
 
 inline std::string gpumem_binary() { return std::string(GPUMEM_BINARY_DIR) + "/gpumem"; }
 
+// In a forked child: becomes gpumem ARGS (exit 127 if it cannot).
+[[noreturn]] inline void exec_gpumem(const std::vector<std::string>& args) {
+  std::vector<std::string> full = {gpumem_binary()};
+  full.insert(full.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : full) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  execv(argv[0], argv.data());
+  _exit(127);
+}
+
 inline std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   std::ostringstream s;
@@ -52,13 +63,7 @@ inline RunResult run_gpumem(const std::vector<std::string>& args, const std::map
       if (v.empty()) unsetenv(k.c_str());
       else setenv(k.c_str(), v.c_str(), 1);
     }
-    std::vector<std::string> full = {gpumem_binary()};
-    full.insert(full.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : full) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
+    exec_gpumem(args);
   }
   if (interrupt_after_ms > 0) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(interrupt_after_ms);
