@@ -85,7 +85,10 @@ def _sample_from_binary():
         raise NoDriverError(r.stderr.strip() or "gpumem: no GPU driver or NVML")
     if r.returncode != 0:
         raise GpumemError(r.stderr.strip() or f"gpumem --json --full failed with exit code {r.returncode}")
-    return json.loads(r.stdout)
+    try:
+        return json.loads(r.stdout)
+    except ValueError:  # an older or foreign binary: say which, not a JSONDecodeError traceback
+        raise GpumemError(f"{exe} --json --full printed no JSON sample (not gpumem, or an older one?)") from None
 
 
 def backend():

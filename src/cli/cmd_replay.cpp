@@ -345,7 +345,7 @@ int run_replay(const ReplayArgs& args) {
     return args.min_capacity || args.min_limit ? find_min_capacity(args, t, page) : replay_once(args, t, capacity, page, limit);
   } catch (const trace::TraceError& e) {
     std::fprintf(stderr, "gpumem replay: %s\n", e.what());
-    return kExitUsage;
+    return e.line() == 0 ? kExitFailure : kExitUsage;  // line 0: the file could not be opened or read (I/O)
   } catch (const std::bad_alloc&) {
     // The trace streams: what fills memory is in proportion to the blocks it keeps live at once.
     std::fprintf(stderr,

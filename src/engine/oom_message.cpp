@@ -34,9 +34,11 @@ std::string explain_out_of_memory(const OutOfMemoryError::State& s) {
   // What gpumem knows beyond PyTorch's figures.
   m += "gpumem: " + format_bytes(s.requested) + " requested on stream " + std::to_string(s.stream) +
        ", largest free extent " + torch_format_size(s.largest_free);
+  // What ran short: the room under the limit when one is set and the device had the bytes, else the device.
+  const bool limit_binds = s.limit && s.device_free >= s.requested;
   if (s.virtual_memory)
-    m += "; stitching free pages into one block was tried, but free pages and the device's free memory together are "
-         "less than the request";
+    m += std::string("; stitching free pages into one block was tried, but free pages and ") +
+         (limit_binds ? "the room left under the limit" : "the device's free memory") + " together are less than the request";
   if (s.cache_released)
     m += "; giving back the cache (" + torch_format_size(s.released_bytes) + ") and retrying did not help";
   if (s.limit && s.requested > s.limit) m += "; the request alone is larger than the limit";

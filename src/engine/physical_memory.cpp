@@ -81,8 +81,7 @@ void PhysicalMemory::count_segment(std::size_t bytes, bool small_pool, bool adde
 
 Piece PhysicalMemory::create_chunk(std::size_t bytes, bool small_pool, std::size_t page, DevicePtr at) {
   if (would_exceed_limit(bytes))
-    throw OutOfMemoryError("the allocator's limit of " + format_bytes(limit_) + " would be crossed (" +
-                           format_bytes(reserved_) + " reserved, " + format_bytes(bytes) + " more needed)");
+    throw OutOfMemoryError(limit_crossed());
   ChunkHandle handle = at ? backend_.create_paged_chunk_at(bytes, page, at) : backend_.create_paged_chunk(bytes, page);
   std::size_t index;
   if (!dead_chunk_slots_.empty()) {
@@ -155,8 +154,7 @@ void PhysicalMemory::unmap(DevicePtr va, const Piece& piece) noexcept {
 
 DevicePtr PhysicalMemory::allocate_segment(std::size_t bytes, bool small_pool) {
   if (would_exceed_limit(bytes))
-    throw OutOfMemoryError("the allocator's limit of " + format_bytes(limit_) + " would be crossed (" +
-                           format_bytes(reserved_) + " reserved, " + format_bytes(bytes) + " more needed)");
+    throw OutOfMemoryError(limit_crossed());
   DevicePtr p = backend_.allocate(bytes);
   count_segment(bytes, small_pool, true);
   return p;

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "gpumem/backend.hpp"
@@ -93,6 +94,9 @@ class PhysicalMemory {
     bool live = false;
   };
   void count_segment(std::size_t bytes, bool small_pool, bool added);
+  // The cause of an out-of-memory error at the limit. No byte counts: pages this growth made before it
+  // failed go back before the error is seen, so its figures (the message's own) would contradict them.
+  std::string limit_crossed() const { return "the allocator's limit of " + format_bytes(limit_) + " would be crossed"; }
   void count_reserved(std::size_t bytes, bool small_pool, bool added);
 
   Backend& backend_;

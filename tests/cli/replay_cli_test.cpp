@@ -316,7 +316,6 @@ TEST_F(ReplayCli, BadInputExitsTwoWithOneSentence) {
       {{write("hdr.jsonl", "{\"format\": \"chrome-trace\"}\n")}, "line 1: not a gpumem-trace file"},
       {{truncated, "--strict"}, "trunc.jsonl.gz: the trace ends early after "},
       {{appended}, "appended.jsonl.gz: line 3002: 7 bytes after the end of the gzip data"},
-      {{(dir_ / "absent.jsonl.gz").string()}, "cannot open the trace"},
       {{good, "--capacity", "lots"}, "invalid size \"lots\""},
       {{good, "--capacity", "-1GiB"}, "cannot be negative"},
       {{good, "--capacity", "1MiB"}, "at least one granule of the sim device (2.00 MiB)"},
@@ -329,6 +328,13 @@ TEST_F(ReplayCli, BadInputExitsTwoWithOneSentence) {
     EXPECT_EQ(r.status, 2) << c.needle << "\n" << r.err;
     EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.needle << " missing in:\n" << r.err;
     EXPECT_EQ(r.out, "") << c.needle;
+  }
+  // A file that cannot be opened or read is an I/O error (exit 1, as --help says), not bad input.
+  for (const Case& c : std::vector<Case>{{{(dir_ / "absent.jsonl.gz").string()}, "cannot open the trace"},
+                                         {{dir_.string()}, "is a directory"}}) {
+    const Outcome r = gpumem(c.args);
+    EXPECT_EQ(r.status, 1) << c.needle << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.needle << " missing in:\n" << r.err;
   }
 }
 

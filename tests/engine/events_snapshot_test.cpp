@@ -130,6 +130,34 @@ TEST(EngineEvents, OomMessageBeginsLikePyTorchs) {
     EXPECT_EQ(e.state().limit, 32 * kMiB);
   }
   EXPECT_EQ(torch_format_size(1000), "1000 bytes");
+}
+
+// Under a limit on a roomy device the limit is what ran short, and the cause names no byte count of a
+// growth that was undone before the message was written (it said "768 MiB reserved" beside "0 bytes").
+TEST(EngineEvents, OomAtTheLimitBlamesTheLimitAndAgreesWithItself) {
+  Allocator a(sim(std::size_t(8) << 30));
+  a.set_limit(64 * kMiB);
+  void* live = a.allocate(40 * kMiB);
+  try {
+    a.allocate(40 * kMiB);
+    FAIL() << "no OOM";
+  } catch (const OutOfMemoryError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("free pages and the room left under the limit together are less than the request"),
+              std::string::npos) << m;
+    EXPECT_EQ(m.find("the device's free memory"), std::string::npos) << m;
+    EXPECT_NE(m.find("(the allocator's limit of 64.00 MiB would be crossed)"), std::string::npos) << m;
+    EXPECT_EQ(m.find("reserved, "), std::string::npos) << "a figure of the undone growth: " << m;
+  }
+  a.deallocate(live);
+  Allocator full(sim(64 * kMiB));
+  try {
+    full.allocate(80 * kMiB);
+    FAIL() << "no OOM";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_NE(std::string(e.what()).find("the device's free memory together are less than the request"),
+              std::string::npos) << e.what();
+  }
   EXPECT_EQ(torch_format_size(std::size_t(1) << 50), "1048576.00 GiB");
 }
 

@@ -202,6 +202,12 @@ class MonitoringThroughBinary(Monitoring):
         with self.assertRaisesRegex(gpumem.GpumemError, "cannot run /nonexistent/gpumem"):
             gpumem.gpus()
 
+    def test_a_binary_that_prints_no_json_is_one_clear_error(self):
+        os.environ["GPUMEM_BINARY"] = "/bin/true"  # exits 0 and prints nothing (an older or foreign binary)
+        for call in (gpumem.gpus, gpumem.processes):
+            with self.assertRaisesRegex(gpumem.GpumemError, "printed no JSON sample"):
+                call()
+
     def test_the_wheels_console_script_on_path_is_not_taken_for_the_binary(self):
         # pip puts a Python `gpumem` script on PATH; taken for the binary, it exec'd itself for ever.
         from gpumem import _binary
