@@ -1,11 +1,15 @@
 // gpumem kill: SIGTERM, wait, SIGKILL, for PIDs or for whatever holds a GPU (--gpu, --user, --ghosts).
 #include <algorithm>
 #include <memory>
+#include <cstdio>
+#include <optional>
 #include <set>
 
 #include "cli/command.hpp"
 #include "cli/monitor_cli.hpp"
 #include "cli/output.hpp"
+#include "gpumem/printable.hpp"
+#include "monitor/procfs.hpp"
 #include "monitor/kill.hpp"
 #include "monitor/ps.hpp"
 
@@ -26,18 +30,30 @@ int run_kill(const KillArgs& a) {
   if (!(a.timeout >= 0 && a.timeout < 1e6)) throw monitor::UsageError("--timeout needs seconds >= 0.");
   opt.timeout_s = a.timeout;
   opt.dry_run = a.dry_run;
-  const bool by_selection = !a.gpus.empty() || !a.user.empty() || a.ghosts;
-  if (a.pids.empty() && !by_selection) throw monitor::UsageError("give PIDs, --gpu N, --user U or --ghosts.");
-
+  if (a.pids.empty() && a.gpus.empty() && a.user.empty() && !a.ghosts)
+    throw monitor::UsageError("give PIDs, --gpu N, --user U or --ghosts.");
+  std::optional<uid_t> uid;
+  if (!a.user.empty()) {
+    uid = monitor::uid_of_user(a.user);
+    if (!uid) throw monitor::UsageError("no such user '" + a.user + "'.");
+  }
+  // --gpu and --ghosts choose processes; --user narrows everything to that user's ("only processes of
+  // user U"), named PIDs too, and chooses that user's GPU processes only when no PID is named.
+  const bool by_selection = !a.gpus.empty() || a.ghosts || (uid && a.pids.empty());
   std::vector<int> targets;
-  for (int pid : a.pids)  // each once (the option's pid_validator refused anything but a positive number)
-    if (std::find(targets.begin(), targets.end(), pid) == targets.end()) targets.push_back(pid);
-  if (by_selection) {
-    std::optional<uid_t> uid;
-    if (!a.user.empty()) {
-      uid = monitor::uid_of_user(a.user);
-      if (!uid) throw monitor::UsageError("no such user '" + a.user + "'.");
+  for (int pid : a.pids) {  // each once (the option's pid_validator refused anything but a positive number)
+    if (std::find(targets.begin(), targets.end(), pid) != targets.end()) continue;
+    if (uid) {
+      const auto p = monitor::read_process(pid);  // a PID that is gone stays: kill reports it
+      if (p && p->uid != *uid) {
+        std::fprintf(stderr, "gpumem kill: PID %d belongs to %s, not %s: left alone.\n", pid,
+                     printable(p->user).c_str(), printable(a.user).c_str());
+        continue;
+      }
     }
+    targets.push_back(pid);
+  }
+  if (by_selection) {
     auto nvml = nvml::Nvml::open();
     std::string ids;
     for (const auto& g : a.gpus) ids += (ids.empty() ? "" : ",") + g;
@@ -45,15 +61,17 @@ int run_kill(const KillArgs& a) {
     std::set<int> chosen(targets.begin(), targets.end());
     for (const monitor::PsEntry& e : report.entries) {
       if (e.kind == monitor::PsKind::kGone || !e.proc) continue;  // nothing to signal
-      if (a.ghosts && (e.kind != monitor::PsKind::kNoContext || monitor::is_driver_daemon(*e.proc))) continue;
+      // Driver daemons (persistenced, fabric manager, DCGM) are never chosen: only named.
+      if (monitor::is_driver_daemon(*e.proc)) continue;
+      if (a.ghosts && e.kind != monitor::PsKind::kNoContext) continue;
       if (uid && e.proc->uid != *uid) continue;
       if (chosen.insert(e.pid).second) targets.push_back(e.pid);
     }
-    if (targets.empty()) {
-      if (a.json) std::printf("[]\n");
-      else std::printf("No process matches.\n");
-      return kExitOk;
-    }
+  }
+  if (targets.empty()) {
+    if (a.json) std::printf("[]\n");
+    else std::printf("No process matches.\n");
+    return kExitOk;
   }
   auto outcomes = monitor::kill_processes(targets, opt);
   std::string text = a.json ? json_text(monitor::kill_json(outcomes)) : monitor::render_kill(outcomes);

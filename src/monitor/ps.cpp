@@ -5,14 +5,17 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <string_view>
 
 #include "gpumem/printable.hpp"
 
 namespace gpumem::monitor {
 
 bool is_driver_daemon(const ProcInfo& p) {
-  return p.comm == "nvidia-persistenced" || p.comm == "nv-hostengine" || p.comm == "nvidia-smi" ||
-         p.comm == "dcgm-exporter" || p.comm == "nvidia-fabricmanager";
+  // comm is cut to 15 characters by the kernel: "nvidia-persistenced" reads "nvidia-persiste".
+  for (std::string_view name : {"nvidia-persistenced", "nv-hostengine", "nvidia-smi", "dcgm-exporter", "nvidia-fabricmanager"})
+    if (p.comm == name.substr(0, 15)) return true;
+  return false;
 }
 
 PsReport collect_ps(const nvml::Nvml& nvml, const std::vector<GpuRef>& gpus, const std::string& dev_dir) {

@@ -213,3 +213,57 @@ TEST_F(PsKill, KillByGpuAndUser) {
   EXPECT_EQ(badsig.status, 2);
 }
 
+
+// Driver daemons are never chosen by --gpu, --user or --ghosts, though the kernel cuts their names to 15
+// characters ("nvidia-persiste"): killing the fabric manager takes every GPU job down with it.
+TEST_F(PsKill, DriverDaemonsAreNeverChosen) {
+  const std::filesystem::path bin = dev_ / "bin";
+  std::filesystem::create_directories(bin);
+  for (const char* name : {"nvidia-persistenced", "nvidia-fabricmanager", "nv-hostengine"})
+    std::filesystem::create_symlink("/bin/sleep", bin / name);
+  Child persistenced("exec 3<" + (dev_ / "nvidia0").string() + "; exec " + (bin / "nvidia-persistenced").string() + " 307");
+  Child fabric("exec " + (bin / "nvidia-fabricmanager").string() + " 308");
+  Child hostengine("exec " + (bin / "nv-hostengine").string() + " 309");
+  Child worker("exec sleep 310");
+  for (int i = 0; i < 500 && gpumem::monitor::read_process(persistenced.pid())->comm != "nvidia-persiste"; ++i) usleep(2000);
+  for (int i = 0; i < 500 && gpumem::monitor::read_process(fabric.pid())->comm != "nvidia-fabricma"; ++i) usleep(2000);
+  for (int i = 0; i < 500 && gpumem::monitor::read_process(hostengine.pid())->comm != "nv-hostengine"; ++i) usleep(2000);
+  wait_for_exec(worker, "310");
+  std::string scenario = "gpu used_mib=10\ngpu\n";
+  for (int pid : {fabric.pid(), hostengine.pid(), worker.pid()}) scenario += "proc gpu=0 pid=" + std::to_string(pid) + " used_mib=1\n";
+  auto ps = run_gpumem({"ps", "--json"}, env(scenario));
+  ASSERT_EQ(ps.status, 0) << ps.err;
+  const auto doc = nlohmann::json::parse(ps.out);
+  std::map<int, bool> daemon;
+  for (const auto& p : doc["processes"]) daemon[p["pid"].get<int>()] = p["driver_daemon"].get<bool>();
+  EXPECT_TRUE(daemon[persistenced.pid()]) << ps.out;
+  EXPECT_TRUE(daemon[fabric.pid()]);
+  EXPECT_TRUE(daemon[hostengine.pid()]);
+  EXPECT_FALSE(daemon[worker.pid()]);
+  const std::string only_worker = "PID " + std::to_string(worker.pid()) + " (sleep 310): would send SIGTERM\n";
+  EXPECT_EQ(run_gpumem({"kill", "--gpu", "0", "--dry-run"}, env(scenario)).out, only_worker);
+  EXPECT_EQ(run_gpumem({"kill", "--user", std::to_string(geteuid()), "--dry-run"}, env(scenario)).out, only_worker);
+  EXPECT_EQ(run_gpumem({"kill", "--ghosts", "--dry-run"}, env(scenario)).out, "No process matches.\n");
+  // Named, a daemon is the user's call.
+  auto named = run_gpumem({"kill", std::to_string(fabric.pid()), "--dry-run"}, env(scenario));
+  EXPECT_NE(named.out.find("PID " + std::to_string(fabric.pid())), std::string::npos) << named.out;
+}
+
+// --user narrows named PIDs too ("only processes of user U"), and chooses nobody else's when PIDs are named.
+TEST_F(PsKill, UserNarrowsNamedPids) {
+  Child mine("exec sleep 311");
+  Child other("exec sleep 312");
+  wait_for_exec(mine, "311");
+  wait_for_exec(other, "312");
+  const std::string scenario = "gpu\nproc gpu=0 pid=" + std::to_string(other.pid()) + " used_mib=1\n";
+  const std::string nobody = std::to_string(geteuid() + 12345);  // a uid no process here runs as
+  auto r = run_gpumem({"kill", std::to_string(mine.pid()), "--user", nobody, "--dry-run"}, env(scenario));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "No process matches.\n");
+  EXPECT_NE(r.err.find("PID " + std::to_string(mine.pid()) + " belongs to"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("left alone"), std::string::npos) << r.err;
+  auto same = run_gpumem({"kill", std::to_string(mine.pid()), "--user", std::to_string(geteuid()), "--dry-run"}, env(scenario));
+  EXPECT_EQ(same.out, "PID " + std::to_string(mine.pid()) + " (sleep 311): would send SIGTERM\n") << "named PIDs only, not every GPU process of the user";
+  EXPECT_TRUE(mine.running());
+  EXPECT_TRUE(other.running());
+}
