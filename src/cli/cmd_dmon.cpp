@@ -2,6 +2,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "cli/command.hpp"
 #include "cli/monitor_cli.hpp"
@@ -14,13 +15,13 @@ namespace {
 
 struct DmonOptions {
   std::string ids, metrics = monitor::kDmonDefault, delay = "1";
-  long count = 0;
+  std::optional<long> count;  // none: until Ctrl-C
 };
 
 int run_dmon(const DmonOptions& o) {
   monitor::DmonColumns cols = monitor::parse_dmon_metrics(o.metrics);
   long period_ms = parse_seconds_ms("-d", o.delay);
-  if (o.count < 0) throw monitor::UsageError("-c needs a count >= 1.");
+  if (o.count && *o.count < 1) throw monitor::UsageError("-c needs a count >= 1.");
   auto nvml = nvml::Nvml::open();
   monitor::SamplerOptions so;
   so.processes = false;
@@ -31,7 +32,7 @@ int run_dmon(const DmonOptions& o) {
   monitor::install_stop_handlers();
   std::string text = monitor::dmon_header(cols);
   monitor::Ticker ticker{std::chrono::milliseconds(period_ms)};
-  for (long n = 0; o.count == 0 || n < o.count; ++n) {
+  for (long n = 0; !o.count || n < *o.count; ++n) {
     if (n > 0 && !ticker.wait()) break;
     text += monitor::dmon_lines(sampler.sample(), cols);
     if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
@@ -40,7 +41,7 @@ int run_dmon(const DmonOptions& o) {
     }
     text.clear();
   }
-  return monitor::stop_requested() ? kExitInterrupted : kExitOk;
+  return monitor::stop_exit_code();
 }
 
 }  // namespace

@@ -86,7 +86,7 @@ int run_query(const QueryOptions& o, CLI::App& sub) {
     if (!warnings.empty()) std::fputs(warnings.c_str(), stderr);
     first = false;
   } while (period_ms > 0 && ticker.wait());
-  return monitor::stop_requested() ? kExitInterrupted : kExitOk;
+  return monitor::stop_exit_code();
 }
 
 }  // namespace

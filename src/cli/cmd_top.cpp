@@ -22,7 +22,7 @@ GPUMEM_REGISTER_COMMAND(
       sub.add_option("-d,--delay", o->delay, "seconds between refreshes (default 1)");
       sub.add_flag("--readonly", o->readonly, "no actions (clear, limit, stop, kill)");
       sub.footer(std::string("Keys:\n") + tui::kKeyHelp + "\n\n" + kExitCodeHelp +
-                 "  top: 0 after q, 130 after Ctrl-C or SIGTERM, 2 without a terminal\n");
+                 "  top: 0 after q, 130 after Ctrl-C, 143 after SIGTERM, 2 without a terminal\n");
       return [o] {
         return run_monitor_command("top", [&] {
           tui::TopOptions t;

@@ -21,6 +21,6 @@ inline constexpr const char* kExitCodeHelp =
     "  3  out of memory (replay --capacity, run --limit, or this machine's RAM)\n"
     "  4  no GPU driver or NVML, or no such GPU\n"
     "  5  partly done (kill: some processes survived or could not be signalled)\n"
-    "  130 interrupted (Ctrl-C)\n";
+    "  130 interrupted (Ctrl-C); 128+N stopped by signal N (143: SIGTERM)\n";
 
 }  // namespace gpumem::cli

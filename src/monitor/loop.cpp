@@ -28,6 +28,11 @@ extern "C" void on_stop(int sig) {
 
 void before_forced_exit(void (*restore)() noexcept) noexcept { g_before_forced_exit = restore; }
 
+int stop_exit_code() noexcept {
+  const int sig = g_stop_signal.load();
+  return sig ? exit_code_for(sig) : 0;
+}
+
 void stop_handled() noexcept {
   alarm(0);
   signal(SIGINT, SIG_DFL);

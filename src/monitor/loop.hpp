@@ -16,6 +16,9 @@ void before_forced_exit(void (*restore)() noexcept) noexcept;
 void stop_handled() noexcept;
 bool stop_requested() noexcept;
 int stop_signal() noexcept;  // the signal that stopped us, 0 if none
+// The exit code for a loop that a signal stopped: 130 for SIGINT (Ctrl-C), 128 + N for signal N (143 for
+// SIGTERM), as a shell reports a program killed by it; 0 if none did.
+int stop_exit_code() noexcept;
 
 class Ticker {
  public:

@@ -128,13 +128,13 @@ int run_summary(const SummaryOptions& o) {
   monitor::Ticker ticker{std::chrono::milliseconds(static_cast<long>(std::max(o.watch_s, 0.05) * 1000))};
   std::shared_ptr<TopData> prev;
   for (bool first = true;; first = false) {
-    if (!first && !ticker.wait()) return 130;
+    if (!first && !ticker.wait()) return monitor::stop_exit_code();
     auto d = std::make_shared<TopData>();
     gatherer.gather(sampler, *d, prev.get());
     prev = d;
     std::string text =
         o.json ? (o.full ? sample_json(*d) : summary_json(*d)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n" : render_summary(*d, o.color);
-    if (o.watch_s > 0 && !o.json) text = "\033[H\033[2J" + text;  // repaint in place
+    if (o.watch_s > 0 && !o.json) text = (isatty(STDOUT_FILENO) ? "\033[H\033[2J" : first ? "" : "\n") + text;  // repaint in place
     if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
       std::fprintf(stderr, "gpumem: cannot write output: %s.\n", std::strerror(errno));
       return 1;

@@ -379,7 +379,7 @@ int run_top(const TopOptions& o) {
   // (its thread ends once the driver answers; it never samples again).
   if (!collector->stop_within(std::chrono::milliseconds(1000))) collector.release();
   monitor::stop_handled();
-  return quit ? 0 : 130;
+  return quit ? 0 : monitor::stop_exit_code();
 }
 
 }  // namespace gpumem::tui

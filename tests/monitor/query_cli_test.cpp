@@ -210,6 +210,20 @@ TEST(DmonCli, StopsOnSigint) {
   EXPECT_GE(std::count(r.out.begin(), r.out.end(), '\n'), 2 + 3 * 2);
 }
 
+// SIGTERM (a service manager, `timeout`) ends each loop as a shell reports it: 143, not Ctrl-C's 130;
+// and -c 0 is no count (it ran for ever).
+TEST(DmonCli, SigtermIs143AndCountZeroIsRefused) {
+  auto two = [](const std::string& out) { return std::count(out.begin(), out.end(), '\n') >= 4; };
+  for (std::vector<std::string> args : {std::vector<std::string>{"dmon", "-d", "0.02"},
+                                        {"query", "--query-gpu=name", "-lms", "20"}, {"--json", "--watch", "0.02"}}) {
+    auto r = run_gpumem(args, fake_env("two_gpus.txt"), 30000, two, SIGTERM);
+    EXPECT_EQ(r.status, 128 + SIGTERM) << args[0] << ": " << r.err;
+  }
+  auto zero = run_gpumem({"dmon", "-c", "0"}, fake_env("two_gpus.txt"), 5000);
+  EXPECT_EQ(zero.status, 2) << zero.out;
+  EXPECT_NE(zero.err.find("-c needs a count >= 1"), std::string::npos) << zero.err;
+}
+
 TEST(InfoCli, Golden) {
   auto r = run_ok({"info"}, fake_env("two_gpus.txt"));
   expect_golden("info.txt", mask_build_dir(r.out));

@@ -50,9 +50,9 @@ using OutputReady = std::function<bool(const std::string& out)>;
 // Starts gpumem with `args`; `env` entries are set (an empty value unsets). `interrupt_after_ms` > 0
 // sends SIGINT after that long (for the loop modes); with `ready`, SIGINT goes as soon as `ready`
 // accepts the output so far and `interrupt_after_ms` is only the ceiling (a slow sanitizer start
-// must not fail a test that waits on wall time).
+// must not fail a test that waits on wall time). `stop_signal`: the signal sent instead of SIGINT.
 inline RunResult run_gpumem(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
-                            int interrupt_after_ms = 0, const OutputReady& ready = {}) {
+                            int interrupt_after_ms = 0, const OutputReady& ready = {}, int stop_signal = SIGINT) {
   char out_tmpl[] = "/tmp/gpumem-out-XXXXXX", err_tmpl[] = "/tmp/gpumem-err-XXXXXX";
   int out_fd = mkstemp(out_tmpl), err_fd = mkstemp(err_tmpl);
   pid_t pid = fork();
@@ -70,7 +70,7 @@ inline RunResult run_gpumem(const std::vector<std::string>& args, const std::map
     while (ready && std::chrono::steady_clock::now() < deadline && !ready(slurp(out_tmpl)))
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(interrupt_after_ms));
-    kill(pid, SIGINT);
+    kill(pid, stop_signal);
   }
   int st = 0;
   waitpid(pid, &st, 0);

@@ -68,10 +68,11 @@ TEST(SummaryCli, HostileProcessNamesStayPrintableAndJsonStaysValid) {
   EXPECT_EQ(info.out.find('\033'), std::string::npos) << info.out;
 }
 
+// Screens in a pipe: one "[0] " line each, and no repaint codes (a terminal gets those, a file does not).
 static size_t screens(const std::string& out) {
-  size_t n = 0;
-  for (size_t at = out.find("\033[H\033[2J"); at != std::string::npos; at = out.find("\033[H\033[2J", at + 1)) ++n;
-  return n;
+  size_t n = out.rfind("[0] ", 0) == 0 ? 1 : 0;
+  for (size_t at = out.find("\n[0] "); at != std::string::npos; at = out.find("\n[0] ", at + 1)) ++n;
+  return out.find('\033') == std::string::npos ? n : 0;
 }
 
 TEST(SummaryCli, WatchRepeatsUntilInterrupted) {

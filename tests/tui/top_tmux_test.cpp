@@ -174,7 +174,7 @@ TEST(TopTmux, KillKeyConfirmsThenStopsTheRealProcess) {
   EXPECT_TRUE(t.wait_for("exited")) << t.capture();
   EXPECT_FALSE(reaped_within(f.small, 100));
   kill(f.top_pid(), SIGTERM);
-  EXPECT_EQ(t.wait_exit(), 130);
+  EXPECT_EQ(t.wait_exit(), 128 + SIGTERM);
   EXPECT_TRUE(t.terminal_restored());
 }
 
