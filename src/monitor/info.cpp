@@ -1,7 +1,9 @@
 #include "monitor/info.hpp"
 
 #include "gpumem/printable.hpp"
+#include "monitor/procfs.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -56,10 +58,25 @@ InfoReport collect_info(const nvml::Nvml& nvml, const std::vector<GpuRef>& gpus)
     g.mig = opt(nvml.mig_mode(d));
     g.compute_mode = opt(nvml.compute_mode(d));
     g.capability = opt(nvml.cuda_capability(d));
+    // Compute and graphics processes, as nvidia-smi lists them (one line for a process in both lists).
     auto procs = nvml.compute_processes(d);
     if (procs) {
-      g.processes = *procs;
-      for (const auto& p : *procs) g.process_names.push_back(nvml.process_name(p.pid).value.value_or("?"));
+      g.processes.emplace();
+      const auto graphics = nvml.graphics_processes(d);
+      for (bool gfx : {false, true}) {
+        if (gfx && !graphics) break;
+        for (const auto& p : gfx ? *graphics : *procs) {
+          auto seen = std::find_if(g.processes->begin(), g.processes->end(), [&](const auto& q) { return q.pid == p.pid; });
+          if (seen != g.processes->end()) {
+            g.process_types[std::size_t(seen - g.processes->begin())] = "C+G";
+            continue;
+          }
+          g.processes->push_back(p);
+          g.process_types.push_back(gfx ? "G" : "C");
+          g.process_names.push_back(nvml.process_name(p.pid).value.value_or("?"));
+          g.process_gone.push_back(!read_process(int(p.pid)));
+        }
+      }
     }
     r.gpus.push_back(g);
   }
@@ -132,8 +149,9 @@ std::string render_info(const InfoReport& r) {
     } else {
       for (size_t i = 0; i < g.processes->size(); ++i) {
         const auto& p = (*g.processes)[i];
-        std::snprintf(line, sizeof line, "  %-12s %d %s %s\n", i ? "" : "processes", p.pid, printable(g.process_names[i]).c_str(),
-                      mib(p.used_bytes).c_str());
+        std::snprintf(line, sizeof line, "  %-12s %d %s %s %s%s\n", i ? "" : "processes", p.pid, g.process_types[i].c_str(),
+                      printable(g.process_names[i]).c_str(), mib(p.used_bytes).c_str(),
+                      g.process_gone[i] ? " (no longer exists)" : "");
         out += line;
       }
     }
@@ -182,7 +200,8 @@ nlohmann::ordered_json info_json(const InfoReport& r) {
     if (g.processes) {
       procs = nlohmann::ordered_json::array();
       for (size_t i = 0; i < g.processes->size(); ++i)
-        procs.push_back({{"pid", (*g.processes)[i].pid}, {"name", g.process_names[i]}, {"used_bytes", j((*g.processes)[i].used_bytes)}});
+        procs.push_back({{"pid", (*g.processes)[i].pid}, {"type", g.process_types[i]}, {"name", g.process_names[i]},
+                         {"used_bytes", j((*g.processes)[i].used_bytes)}, {"gone", bool(g.process_gone[i])}});
     }
     x["processes"] = procs;
     out["gpus"].push_back(x);

@@ -25,6 +25,8 @@ struct InfoGpu {
   std::optional<std::pair<int, int>> capability;
   std::optional<std::vector<nvml::GpuProcess>> processes;
   std::vector<std::string> process_names;  // parallel to processes
+  std::vector<std::string> process_types;  // "C", "G" or "C+G" (in both lists), as nvidia-smi shows them
+  std::vector<bool> process_gone;          // NVML lists it, /proc does not (ps says the same)
 };
 
 struct InfoReport {

@@ -2,7 +2,13 @@
 // every format, errors and exit codes, the loop ended by SIGINT.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
+#include <regex>
 
 #include "monitor/run_gpumem.hpp"
 #include "nvml/fake_nvml_env.hpp"
@@ -224,21 +230,54 @@ TEST(DmonCli, SigtermIs143AndCountZeroIsRefused) {
   EXPECT_NE(zero.err.find("-c needs a count >= 1"), std::string::npos) << zero.err;
 }
 
+// The scenario's PIDs may or may not exist on the machine that runs the test: that mark is masked here
+// (InfoCli.GraphicsAndGoneProcesses checks it with PIDs it controls).
+static std::string mask_gone(std::string s) {
+  s = std::regex_replace(s, std::regex(" \\(no longer exists\\)"), "");
+  return std::regex_replace(s, std::regex(R"("gone": (true|false))"), "\"gone\": <GONE>");
+}
+
 TEST(InfoCli, Golden) {
   auto r = run_ok({"info"}, fake_env("two_gpus.txt"));
-  expect_golden("info.txt", mask_build_dir(r.out));
+  expect_golden("info.txt", mask_gone(mask_build_dir(r.out)));
   auto j = run_ok({"info", "--json"}, fake_env("two_gpus.txt"));
-  expect_golden("info_json.txt", mask_build_dir(j.out));
+  expect_golden("info_json.txt", mask_gone(mask_build_dir(j.out)));
   auto env = fake_env("two_gpus.txt");
   env["CUDA_VISIBLE_DEVICES"] = "GPU-9a2d,0,5,1";
   env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
   auto v = run_ok({"info"}, env);
-  expect_golden("info_visible.txt", mask_build_dir(v.out));
+  expect_golden("info_visible.txt", mask_gone(mask_build_dir(v.out)));
   auto old = run_ok({"info", "-i", "0"}, fake_env("two_gpus.txt", "old"));
-  expect_golden("info_old_driver.txt", mask_build_dir(old.out));
+  expect_golden("info_old_driver.txt", mask_gone(mask_build_dir(old.out)));
   // CUDA numbers every GPU: the one selected keeps the number it has among all of them.
   auto one = run_ok({"info", "-i", "1"}, fake_env("two_gpus.txt"));
   EXPECT_NE(one.out.find("cuda:1 -> GPU 1 (00000000:2A:00.0)"), std::string::npos) << one.out;
+}
+
+// info lists graphics processes as nvidia-smi does (it said "none" beside a 400 MiB graphics process),
+// one line for a process in both lists, and marks one that NVML lists but that no longer exists.
+TEST(InfoCli, GraphicsAndGoneProcesses) {
+  const pid_t self = getpid();
+  pid_t gone = fork();
+  if (gone == 0) _exit(0);
+  waitpid(gone, nullptr, 0);
+  auto env = fake_env("two_gpus.txt");
+  env["GPUMEM_FAKE_NVML_SCENARIO"] = write_scenario(
+      "info-graphics", "gpu name=\"A\" uuid=GPU-a used_mib=2000\n"
+                       "proc gpu=0 pid=" + std::to_string(self) + " used_mib=400 type=graphics name=Xorg\n"
+                       "proc gpu=0 pid=" + std::to_string(self) + " used_mib=400 name=Xorg\n"
+                       "proc gpu=0 pid=" + std::to_string(gone) + " used_mib=100 type=graphics name=gone\n");
+  auto r = run_ok({"info"}, env);
+  EXPECT_NE(r.out.find(std::to_string(self) + " C+G Xorg 400 MiB\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(std::to_string(gone) + " G gone 100 MiB (no longer exists)\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("processes    none"), std::string::npos) << r.out;
+  const auto doc = nlohmann::json::parse(run_ok({"info", "--json"}, env).out);
+  const auto& procs = doc["gpus"][0]["processes"];
+  ASSERT_EQ(procs.size(), 2u) << procs;
+  EXPECT_EQ(procs[0]["type"], "C+G");
+  EXPECT_EQ(procs[0]["gone"], false);
+  EXPECT_EQ(procs[1]["type"], "G");
+  EXPECT_EQ(procs[1]["gone"], true);
 }
 
 TEST(QueryCli, HelpQueryGpuInNvidiaSmiLayoutCoversEveryField) {
