@@ -69,21 +69,21 @@ std::optional<std::string> ensure_own_socket_dir(std::string& error) {
 std::vector<std::string> candidate_socket_dirs(bool every_user) {
   std::vector<std::string> dirs{socket_dir_for(getuid())};
   if (!every_user || std::getenv("GPUMEM_CONTROL_DIR")) return dirs;
-  auto add = [&](const std::string& d) {
+  // Another user's directory only when it is really theirs: a 0700 directory (no symlink) owned by the
+  // uid its name gives. A user could otherwise point root's scan at any directory.
+  auto add = [&](const std::string& d, const char* uid_text) {
+    if (!*uid_text || std::strspn(uid_text, "0123456789") != std::strlen(uid_text) || std::strlen(uid_text) > 9) return;
     for (const auto& seen : dirs)
       if (seen == d) return;
-    dirs.push_back(d);
+    if (is_private_dir_of(d, uid_t(std::strtoul(uid_text, nullptr, 10)))) dirs.push_back(d);
   };
   if (DIR* tmp = opendir("/tmp")) {
     while (dirent* e = readdir(tmp))
-      if (std::strncmp(e->d_name, "gpumem-", 7) == 0 && e->d_name[7] &&
-          std::strspn(e->d_name + 7, "0123456789") == std::strlen(e->d_name + 7))
-        add(std::string("/tmp/") + e->d_name);
+      if (std::strncmp(e->d_name, "gpumem-", 7) == 0) add(std::string("/tmp/") + e->d_name, e->d_name + 7);
     closedir(tmp);
   }
   if (DIR* run = opendir("/run/user")) {
-    while (dirent* e = readdir(run))
-      if (e->d_name[0] != '.') add(std::string("/run/user/") + e->d_name + "/gpumem");
+    while (dirent* e = readdir(run)) add(std::string("/run/user/") + e->d_name + "/gpumem", e->d_name);
     closedir(run);
   }
   return dirs;
@@ -115,7 +115,12 @@ SocketProbe probe_socket(const std::string& path) {
     const bool done = lstat(path.c_str(), &st) == 0 && (!S_ISSOCK(st.st_mode) || std::time(nullptr) - st.st_mtime > 2);
     if (done) {
       out.kind = SocketProbe::stale;
-      unlink(path.c_str());  // fails harmlessly when it is not ours
+      // Only in our own directory: root scanning other users' must never delete there (a directory
+      // swapped for a symlink after it was checked would point the unlink anywhere).
+      const std::string own = socket_dir_for(getuid());
+      if (path.size() > own.size() && path.compare(0, own.size(), own) == 0 && path[own.size()] == '/' &&
+          path.find('/', own.size() + 1) == std::string::npos && is_private_dir_of(own, getuid()))
+        unlink(path.c_str());
     }
   }
   close(fd);

@@ -45,7 +45,7 @@ std::optional<PeerCred> peer_cred(int fd);
 bool process_alive(int pid);
 
 // What listens on the socket at `path`: `listening` with its peer (pid in our namespace), `stale` (nobody
-// listens, and it is no socket or not a new one: unlinked when we may), or `unknown` (busy backlog, no access, not a
+// listens, and it is no socket or not a new one: unlinked when it lies in our own socket directory), or `unknown` (busy backlog, no access, not a
 // socket we can reach). Connects and hangs up at once; the server drops such a connection.
 struct SocketProbe {
   enum Kind { listening, stale, unknown } kind = unknown;

@@ -305,6 +305,36 @@ TEST(ControlProcess, StaleSocketsAreRemovedNotTrusted) {
   EXPECT_EQ(access(new_socket.c_str(), F_OK), 0) << "a socket just bound was taken for stale";
 }
 
+// Root's scan of every user's socket directory (stats --all, top, the exporter) deleted "stale" N.sock
+// files wherever a user's /tmp/gpumem-UID or /run/user/UID/gpumem pointed (a symlink to a root-owned
+// directory). It now looks only at 0700 directories owned by that uid, and deletes only in its own.
+TEST(ControlProcess, RootsScanDeletesNothingInAnotherUsersDirectory) {
+  if (geteuid() != 0) GTEST_SKIP() << "the scan of every user's directory is root's";
+  unsetenv("GPUMEM_CONTROL_DIR");
+  char tmpl[] = "/tmp/gpumem-victim-XXXXXX";
+  const std::string victim = mkdtemp(tmpl);
+  const std::string planted = victim + "/4242.sock";
+  close(open(planted.c_str(), O_CREAT | O_WRONLY, 0600));  // root's file, no socket
+  const uid_t uid = 900000000 + uid_t(getpid() % 100000);  // a uid nobody has
+  const std::string link = "/tmp/gpumem-" + std::to_string(uid);
+  ASSERT_EQ(symlink(victim.c_str(), link.c_str()), 0);
+  const std::string real = "/tmp/gpumem-" + std::to_string(uid + 1);  // a real 0700 directory, but root's
+  ASSERT_EQ(mkdir(real.c_str(), 0700), 0);
+  const std::string planted2 = real + "/4243.sock";
+  close(open(planted2.c_str(), O_CREAT | O_WRONLY, 0600));
+  for (const std::string& dir : candidate_socket_dirs(true)) {
+    EXPECT_NE(dir, link) << "a symlink taken for a user's directory";
+    EXPECT_NE(dir, real) << "a directory not owned by the uid in its name";
+  }
+  (void)list_processes(true);
+  const std::string out = std::get<1>(shell(kGpumem + " stats --all 2>&1"));
+  EXPECT_EQ(access(planted.c_str(), F_OK), 0) << "deleted through a symlink: " << out;
+  EXPECT_EQ(access(planted2.c_str(), F_OK), 0) << out;
+  // The owner's own stale socket is still cleared by the owner's own scan (StaleSocketsAreRemovedNotTrusted).
+  unlink(link.c_str());
+  std::system(("rm -rf " + victim + " " + real).c_str());
+}
+
 // A process in another pid namespace (a container sharing GPUMEM_CONTROL_DIR) names its socket by its pid
 // there. It is listed and reached by the pid it has here; its socket is never taken for stale (a host's
 // `stats --all` removed it: the name's pid did not exist here).
