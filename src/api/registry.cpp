@@ -15,6 +15,7 @@
 
 #include "api/env_config.hpp"
 #include "api/registry_internal.hpp"
+#include "gpumem/limits.hpp"
 #include "api/trace_recorder.hpp"
 #include "control/client.hpp"
 #include "control/server.hpp"
@@ -156,6 +157,12 @@ void start_control_server() {
       if (device < 0 || device >= kMaxDevices)
         throw std::invalid_argument("device " + std::to_string(device) + " is out of range (at most " +
                                     std::to_string(kMaxDevices - 1) + ")");
+      // Checked now, as `gpumem limit` checks it: kept unchecked, one the allocator refuses would make
+      // every allocation on that device fail when it is made.
+      if (limit.fraction && !(*limit.fraction >= kMinFraction && *limit.fraction <= 1))
+        throw std::invalid_argument("a fraction of the device is a number in [0.0001, 1]");
+      if (limit.bytes && *limit.bytes && (*limit.bytes < kMinLimitBytes || *limit.bytes > kMaxLimitBytes))
+        throw std::invalid_argument("a limit is 0 (none) or between 2 MiB and 1 EiB");
       Registry& r = registry();
       std::lock_guard lock(r.mutex);
       if (existing(device)) return false;

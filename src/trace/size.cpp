@@ -120,6 +120,8 @@ LimitAmount parse_limit_amount(std::string_view text) {
     a.share = std::strtod(s.c_str(), &end);
     if (end != s.c_str() + s.size() || !(a.share > 0 && a.share <= 1))
       throw std::invalid_argument("a fraction of the device is a number in (0, 1], not '" + s + "'");
+    if (a.share < kMinFraction)  // as parse_fraction: a later allocator would refuse it on every allocation
+      throw std::invalid_argument("fraction " + s + " is below 0.0001, less than a page of any GPU; 0 removes the limit");
     a.fraction = true;
     return a;
   }

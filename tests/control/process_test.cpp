@@ -141,6 +141,14 @@ TEST(ControlProcess, ALimitOnAnUnusedDeviceWaitsForItsFirstAllocation) {
   EXPECT_EQ(j["pending"], true);
   EXPECT_EQ(j["limit_fraction"], 0.5);
   EXPECT_EQ(stats(t.pid()).devices.size(), 2u);
+  // A limit the allocator would refuse is refused now, by the CLI (exit 2) and by the target itself (a raw
+  // request): kept, it made every allocation on that device fail.
+  auto [tiny_rc, tiny_out] = shell(kGpumem + " limit " + pid + " 0.00001 --device 3 2>&1");
+  EXPECT_EQ(tiny_rc, 2) << tiny_out;
+  EXPECT_NE(tiny_out.find("below 0.0001"), std::string::npos) << tiny_out;
+  EXPECT_THROW(limit_fraction(t.pid(), 3, 0.00001), ControlError);
+  EXPECT_THROW(limit_bytes(t.pid(), 3, 4096), ControlError);
+  EXPECT_EQ(t.ask("allocon 3 8388608"), "ok") << "device 3 broken by a refused limit";
 }
 
 // True once /proc says `pid` is stopped (state T), within 10 s.
