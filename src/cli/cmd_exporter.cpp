@@ -79,7 +79,11 @@ int run_exporter(const ExporterOptions& o) {
   }
   sampler.start();
   if (o.json) std::printf("{\"listen\": \"%s\", \"port\": %d, \"interval_s\": %g}\n", server_options.host.c_str(), port, interval_ms / 1000.0);
-  else std::fprintf(stderr, "gpumem exporter: serving http://%s:%d/metrics, sampling every %g s\n", server_options.host.c_str(), port, interval_ms / 1000.0);
+  else {
+    const std::string& h = server_options.host;  // an IPv6 address goes in brackets in a URL
+    const std::string url_host = h.find(':') != std::string::npos ? "[" + h + "]" : h;
+    std::fprintf(stderr, "gpumem exporter: serving http://%s:%d/metrics, sampling every %g s\n", url_host.c_str(), port, interval_ms / 1000.0);
+  }
   std::fflush(stdout);
 
   std::atomic<int> stopped_by{0};

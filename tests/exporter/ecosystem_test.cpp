@@ -267,5 +267,25 @@ TEST(ExporterEcosystem, StopsCleanlyOnSignals) {
   fs::remove_all(dir);
 }
 
+// The address it prints is one a browser or curl takes: an IPv6 host in brackets.
+TEST(ExporterEcosystem, AnIpv6ListenAddressPrintsAUsableUrl) {
+  const int probe = socket(AF_INET6, SOCK_STREAM, 0);
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_addr = in6addr_loopback;
+  const bool ipv6 = probe >= 0 && bind(probe, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  if (probe >= 0) close(probe);
+  if (!ipv6) GTEST_SKIP() << "no IPv6 loopback here";
+  const std::string dir = temp_dir("ipv6");
+  Child child({gpumem_binary(), "exporter", "--listen", "[::1]:0", "--interval", "0.2"}, fake_env(), dir + "/exporter.log");
+  std::string log;
+  for (int i = 0; i < 500 && log.find("serving") == std::string::npos; ++i) {
+    usleep(10000);
+    log = slurp(dir + "/exporter.log");
+  }
+  EXPECT_NE(log.find("serving http://[::1]:"), std::string::npos) << log;
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace gpumem::testing
