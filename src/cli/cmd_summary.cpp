@@ -26,7 +26,7 @@ CommandRunner setup_summary(CLI::App& app) {
       ->trigger_on_parse()
       ->each([o](const std::string&) { o->watch_given = true; });
   return [o, &app] {
-    return run_monitor_command("summary", [&] {
+    return run_monitor_command("", [&] {
       tui::SummaryOptions s;
       s.json = o->json;
       s.full = o->full;

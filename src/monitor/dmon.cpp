@@ -74,7 +74,7 @@ std::string dmon_lines(const SampleSet& sample, const DmonColumns& cols) {
     std::snprintf(idx, sizeof idx, "%5u ", g.index);
     std::string line = idx;
     if (cols.power) {
-      add(line, g.power_mw ? std::to_string((*g.power_mw + 500) / 1000) : "-");
+      add(line, g.power_mw ? std::to_string((std::uint64_t(*g.power_mw) + 500) / 1000) : "-");  // no 32-bit wrap
       add(line, num(g.temperature));
       add(line, num(g.memory_temperature));
     }

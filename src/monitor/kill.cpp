@@ -20,9 +20,15 @@ struct SignalEntry {
   int sig;
   const char* name;
 };
-constexpr SignalEntry kSignals[] = {{SIGHUP, "HUP"},   {SIGINT, "INT"},   {SIGQUIT, "QUIT"}, {SIGKILL, "KILL"},
-                                    {SIGUSR1, "USR1"}, {SIGUSR2, "USR2"}, {SIGTERM, "TERM"}, {SIGCONT, "CONT"},
-                                    {SIGSTOP, "STOP"}};
+// Every name kill(1) knows on Linux (but the real-time range, taken by number).
+constexpr SignalEntry kSignals[] = {
+    {SIGHUP, "HUP"},     {SIGINT, "INT"},       {SIGQUIT, "QUIT"}, {SIGILL, "ILL"},     {SIGTRAP, "TRAP"},
+    {SIGABRT, "ABRT"},   {SIGBUS, "BUS"},       {SIGFPE, "FPE"},   {SIGKILL, "KILL"},   {SIGUSR1, "USR1"},
+    {SIGSEGV, "SEGV"},   {SIGUSR2, "USR2"},     {SIGPIPE, "PIPE"}, {SIGALRM, "ALRM"},   {SIGTERM, "TERM"},
+    {SIGSTKFLT, "STKFLT"}, {SIGCHLD, "CHLD"},   {SIGCONT, "CONT"}, {SIGSTOP, "STOP"},   {SIGTSTP, "TSTP"},
+    {SIGTTIN, "TTIN"},   {SIGTTOU, "TTOU"},     {SIGURG, "URG"},   {SIGXCPU, "XCPU"},   {SIGXFSZ, "XFSZ"},
+    {SIGVTALRM, "VTALRM"}, {SIGPROF, "PROF"},   {SIGWINCH, "WINCH"}, {SIGIO, "IO"},     {SIGPWR, "PWR"},
+    {SIGSYS, "SYS"},     {SIGIOT, "IOT"},       {SIGPOLL, "POLL"}};
 
 // Alive means: the same process (start time unchanged) exists and is not a zombie.
 bool same_process_alive(int pid, unsigned long long start_time) {
@@ -164,7 +170,8 @@ nlohmann::ordered_json kill_json(const std::vector<KillOutcome>& outcomes) {
   static const char* names[] = {"exited", "killed", "survived", "refused", "no_such_process", "dry_run", "failed", "signalled"};
   nlohmann::ordered_json j = nlohmann::ordered_json::array();
   for (const KillOutcome& o : outcomes)
-    j.push_back({{"pid", o.pid}, {"command", o.command}, {"result", names[static_cast<int>(o.result)]}, {"detail", o.detail}});
+    j.push_back({{"pid", o.pid}, {"command", o.command.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.command)},
+                 {"result", names[static_cast<int>(o.result)]}, {"detail", o.detail}});
   return j;
 }
 

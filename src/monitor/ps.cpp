@@ -187,8 +187,8 @@ nlohmann::ordered_json ps_json(const PsReport& r) {
   for (const PsGpu& g : r.gpus) {
     nlohmann::ordered_json x;
     x["index"] = g.index;
-    x["name"] = g.name;
-    x["uuid"] = g.uuid;
+    x["name"] = g.name.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(g.name);  // a lost GPU: unknown
+    x["uuid"] = g.uuid.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(g.uuid);
     x["used_bytes"] = g.used_bytes ? nlohmann::ordered_json(*g.used_bytes) : nullptr;
     x["process_bytes"] = g.process_bytes;
     x["unexplained_bytes"] = g.used_bytes ? nlohmann::ordered_json(static_cast<long long>(*g.used_bytes) -

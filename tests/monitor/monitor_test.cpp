@@ -74,6 +74,10 @@ TEST(KillPolicy, SignalNames) {
   EXPECT_THROW(parse_signal("0"), UsageError);
   EXPECT_THROW(parse_signal("NOPE"), UsageError);
   EXPECT_EQ(signal_name(SIGKILL), "SIGKILL");
+  // Every name kill(1) takes, not only the common few (ALRM, TSTP, WINCH, ABRT were refused).
+  for (auto [name, sig] : {std::pair{"ALRM", SIGALRM}, {"TSTP", SIGTSTP}, {"WINCH", SIGWINCH}, {"SIGABRT", SIGABRT}, {"pwr", SIGPWR}})
+    EXPECT_EQ(parse_signal(name), sig) << name;
+  EXPECT_EQ(signal_name(SIGWINCH), "SIGWINCH");
 }
 
 TEST(QueryParse, FormatsAndFields) {
@@ -102,6 +106,11 @@ TEST(DmonParse, MetricGroups) {
   EXPECT_THROW(parse_dmon_metrics("pz"), UsageError);
   EXPECT_THROW(parse_dmon_metrics(","), UsageError);
   EXPECT_TRUE(parse_dmon_metrics("p,u,c,m,e,t").ecc);
+  // The largest reading the driver can give stays a number in W (it wrapped to 0 in 32 bits).
+  SampleSet s;
+  s.gpus.emplace_back();
+  s.gpus[0].power_mw = 4294967295u;
+  EXPECT_NE(dmon_lines(s, parse_dmon_metrics("p")).find("4294967"), std::string::npos) << dmon_lines(s, parse_dmon_metrics("p"));
   // nvidia-smi's columns per letter, in its layout.
   EXPECT_EQ(dmon_header(parse_dmon_metrics("u")), "# gpu     sm    mem    enc    dec \n# Idx      %      %      %      % \n");
   EXPECT_EQ(dmon_header(parse_dmon_metrics("me")),

@@ -267,3 +267,15 @@ TEST_F(PsKill, UserNarrowsNamedPids) {
   EXPECT_TRUE(mine.running());
   EXPECT_TRUE(other.running());
 }
+
+// What cannot be known is null in JSON, not "": a lost GPU's name and uuid, a vanished PID's command.
+TEST_F(PsKill, UnknownsAreNullInJson) {
+  const std::string scenario = "gpu\ngpu lost=1\n";
+  const auto ps = nlohmann::json::parse(run_gpumem({"ps", "--json"}, env(scenario)).out);
+  ASSERT_EQ(ps["gpus"].size(), 2u) << ps;
+  EXPECT_TRUE(ps["gpus"][1]["name"].is_null()) << ps;
+  EXPECT_TRUE(ps["gpus"][1]["uuid"].is_null()) << ps;
+  const auto killed = nlohmann::json::parse(run_gpumem({"kill", "--json", std::to_string(dead_pid())}, env(scenario)).out);
+  ASSERT_EQ(killed.size(), 1u) << killed;
+  EXPECT_TRUE(killed[0]["command"].is_null()) << killed;
+}

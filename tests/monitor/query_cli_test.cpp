@@ -96,6 +96,13 @@ TEST(QueryCli, UnknownFieldIsUsageError) {
   EXPECT_EQ(r.err, "gpumem query: Field \"foo\" is not a valid field to query.\n");
   auto f = run_gpumem({"query", "--query-gpu=index", "--format=xml"}, fake_env("two_gpus.txt"));
   EXPECT_EQ(f.status, 2);
+  auto empty = run_gpumem({"query", "--query-gpu=", "--format=csv"}, fake_env("two_gpus.txt"));
+  EXPECT_EQ(empty.status, 2);
+  EXPECT_NE(empty.err.find("the field list is empty"), std::string::npos) << empty.err;
+  // Plain gpumem's messages name no "summary" command (there is none).
+  auto plain = run_gpumem({"--watch", "soon"}, fake_env("two_gpus.txt"));
+  EXPECT_EQ(plain.status, 2);
+  EXPECT_EQ(plain.err.rfind("gpumem: ", 0), 0u) << plain.err;
 }
 
 TEST(QueryCli, NoSuchGpu) {
