@@ -32,6 +32,14 @@ void TraceValidator::release(std::unordered_map<std::uint64_t, LiveBlock>::itera
   live_.erase(it);
 }
 
+void TraceValidator::remember_free(std::uint64_t addr, std::uint32_t line) {
+  if (freed_now_.size() >= kRememberedFrees) {
+    freed_before_.swap(freed_now_);
+    freed_now_.clear();
+  }
+  freed_now_[addr] = line;
+}
+
 const std::uint32_t* TraceValidator::freed_line(std::uint64_t addr) const {
   if (const auto f = freed_now_.find(addr); f != freed_now_.end()) return &f->second;
   if (const auto f = freed_before_.find(addr); f != freed_before_.end()) return &f->second;
@@ -91,11 +99,7 @@ void TraceValidator::add(Event& e) {
       if (s_.has_free_completed) {
         b.free_line = e.line;
       } else {
-        if (freed_now_.size() >= kRememberedFrees) {
-          freed_before_.swap(freed_now_);
-          freed_now_.clear();
-        }
-        freed_now_[e.addr] = e.line;
+        remember_free(e.addr, e.line);
         release(it);
       }
       break;
@@ -107,6 +111,7 @@ void TraceValidator::add(Event& e) {
       const LiveBlock& b = it->second;
       if (!b.free_line) fail(e, "free_completed of address " + hex(e.addr) + " before its free (alloc on line " + std::to_string(b.alloc_line) + ")");
       e.block = b.block;
+      remember_free(e.addr, b.free_line);  // a free after this is a double free, not a stranger's address
       release(it);
       break;
     }

@@ -28,6 +28,7 @@ class TraceValidator {
   [[noreturn]] void fail(const Event& e, const std::string& problem) const;
   void release(std::unordered_map<std::uint64_t, LiveBlock>::iterator it);
   const std::uint32_t* freed_line(std::uint64_t addr) const;
+  void remember_free(std::uint64_t addr, std::uint32_t line);  // for "double free" messages
 
   const std::string& path_;
   TraceSummary& s_;

@@ -412,6 +412,9 @@ TEST(TraceReader, InconsistentEvents) {
   expect_error(lines({kHeader, ev("alloc", 1, 10), ev("alloc", 1, 10)}), 3, "still allocated (alloc on line 2)");
   expect_error(lines({kHeader, ev("alloc", 1, 10), ev("free", 1, 10), ev("free", 1, 10), ev("free_completed", 1, 10)}), 4,
                "already freed on line 3");
+  // After its free_completed, too (it was "a free of an address not allocated").
+  expect_error(lines({kHeader, ev("alloc", 1, 10), ev("free", 1, 10), ev("free_completed", 1, 10), ev("free", 1, 10)}), 5,
+               "double free: address 0x1 was already freed on line 3");
   // Without free_completed the block is gone at its free; a second free is still named a double free.
   expect_error(lines({kHeader, ev("alloc", 1, 10), ev("free", 1, 10), ev("free", 1, 10)}), 4,
                "double free: address 0x1 was already freed on line 3");
