@@ -5,7 +5,8 @@ print the peaks, as under `gpumem run --limit`), NAME one of the
 functions below (gpt2_generate, pipeline3, detection, gpt2_beam, llama_gqa, t5_beam, convnext_varres,
 bert_serve, vit40, maskrcnn_varres, unet_varres, moe_generate, bart_sample, lm_accum_ckpt,
 gpt2_sample_long, serve_continuous, llama_lora, rlhf_loop, gpt2_sample_seeded (seed RW_SEED), bert_anylen,
-moe_train, gnn_varsize, compile_dynamic, multistream_serve (threads RW_THREADS), spec_decode, offload_train).
+moe_train, gnn_varsize, compile_dynamic, multistream_serve (threads RW_THREADS), spec_decode, offload_train;
+static_generate, bucket_graphs, prefetch_train of record_more.py).
 Prints PyTorch's own peak reserved / allocated / requested bytes and segment count beside the event count."""
 import gzip, json, sys, time, random, os
 import torch
@@ -485,6 +486,8 @@ def offload_train():
 
 if __name__ == "__main__":
     name, out = sys.argv[1], sys.argv[2]
+    if name not in globals():  # the workloads of record_more.py
+        sys.modules.setdefault("record_workloads", sys.modules["__main__"]); import record_more; globals()[name] = getattr(record_more, name)
     if out == "-":  # only run it (e.g. under `gpumem run --limit`): no history, the peaks printed
         t = time.time(); globals()[name](); torch.cuda.synchronize()
         print(f"{name}: peak allocated {torch.cuda.max_memory_allocated()} reserved {torch.cuda.max_memory_reserved()}, "
