@@ -122,9 +122,17 @@ Allocator& create(int device) {
   std::string key = device_key(*backend, device);
   auto allocator = std::make_unique<Allocator>(std::move(backend), config);
   if (fraction) allocator->set_memory_fraction(*fraction);
-  if (const auto& pending = r.pending_limits[std::size_t(device)]) {  // `gpumem limit` outranks the environment
-    if (pending->fraction) allocator->set_memory_fraction(*pending->fraction);
-    else allocator->set_limit(std::size_t(pending->bytes.value_or(0)));
+  if (auto& pending = r.pending_limits[std::size_t(device)]) {  // `gpumem limit` outranks the environment
+    // Checked before it was kept, but only this device's size tells whether a fraction of it holds a
+    // page: one that cannot apply is dropped with a warning, never left to fail every allocation here.
+    try {
+      if (pending->fraction) allocator->set_memory_fraction(*pending->fraction);
+      else allocator->set_limit(std::size_t(pending->bytes.value_or(0)));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "gpumem: the limit `gpumem limit` set for device %d cannot apply and is dropped: %s\n",
+                   device, e.what());
+    }
+    pending.reset();
   }
   if (!key.empty() && cooperative_enabled())
     allocator->set_release_others_hook([key](std::size_t) {

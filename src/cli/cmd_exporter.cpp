@@ -118,6 +118,7 @@ GPUMEM_REGISTER_COMMAND(
     exporter, "exporter", "Prometheus /metrics: dcgm-exporter's GPU metrics plus processes, ghosts and gpumem allocators", 60,
     [](CLI::App& sub) -> CommandRunner {
       auto o = std::make_shared<ExporterOptions>();
+      sub.footer(std::string(kExitCodeHelp) + "  exporter: 0 after SIGTERM (a service's normal stop), 130 after Ctrl-C\n");
       sub.add_option("--listen", o->listen, "HOST:PORT to serve on (default 127.0.0.1:9400; :9400 for every interface)");
       sub.add_option("--interval", o->interval, "seconds between background samples (default 1)");
       sub.add_flag("--once", o->once, "print one sample's /metrics to stdout and exit (no server)");

@@ -41,6 +41,7 @@ int run_kill(const KillArgs& a) {
   // user U"), named PIDs too, and chooses that user's GPU processes only when no PID is named.
   const bool by_selection = !a.gpus.empty() || a.ghosts || (uid && a.pids.empty());
   std::vector<int> targets;
+  bool named_left_alone = false;  // a PID given by name that --user excluded: not all that was asked is done
   for (int pid : a.pids) {  // each once (the option's pid_validator refused anything but a positive number)
     if (std::find(targets.begin(), targets.end(), pid) != targets.end()) continue;
     if (uid) {
@@ -48,6 +49,7 @@ int run_kill(const KillArgs& a) {
       if (p && p->uid != *uid) {
         std::fprintf(stderr, "gpumem kill: PID %d belongs to %s, not %s: left alone.\n", pid,
                      printable(p->user).c_str(), printable(a.user).c_str());
+        named_left_alone = true;
         continue;
       }
     }
@@ -61,22 +63,26 @@ int run_kill(const KillArgs& a) {
     std::set<int> chosen(targets.begin(), targets.end());
     for (const monitor::PsEntry& e : report.entries) {
       if (e.kind == monitor::PsKind::kGone || !e.proc) continue;  // nothing to signal
-      // Driver daemons (persistenced, fabric manager, DCGM) are never chosen: only named.
-      if (monitor::is_driver_daemon(*e.proc)) continue;
       if (a.ghosts && e.kind != monitor::PsKind::kNoContext) continue;
       if (uid && e.proc->uid != *uid) continue;
+      // Driver daemons (persistenced, fabric manager, DCGM) are never chosen: only named.
+      if (monitor::is_driver_daemon(*e.proc)) {
+        if (!chosen.count(e.pid)) std::fprintf(stderr, "gpumem kill: PID %d (%s) is a driver daemon: left alone (name it to signal it).\n", e.pid, printable(e.proc->comm).c_str());
+        chosen.insert(e.pid);  // said once (a process on several GPUs)
+        continue;
+      }
       if (chosen.insert(e.pid).second) targets.push_back(e.pid);
     }
   }
   if (targets.empty()) {
     if (a.json) std::printf("[]\n");
     else std::printf("No process matches.\n");
-    return kExitOk;
+    return named_left_alone ? kExitPartial : kExitOk;
   }
   auto outcomes = monitor::kill_processes(targets, opt);
   std::string text = a.json ? json_text(monitor::kill_json(outcomes)) : monitor::render_kill(outcomes);
   std::fwrite(text.data(), 1, text.size(), stdout);
-  return monitor::kill_all_done(outcomes) ? kExitOk : kExitPartial;
+  return monitor::kill_all_done(outcomes) && !named_left_alone ? kExitOk : kExitPartial;
 }
 
 }  // namespace

@@ -6,7 +6,7 @@ namespace gpumem::cli {
 enum ExitCode : int {
   kExitOk = 0,
   kExitFailure = 1,       // the command ran but failed (I/O error, internal error)
-  kExitUsage = 2,         // bad flag, bad value, unreadable or corrupt input file
+  kExitUsage = 2,         // bad flag, bad value, corrupt input file (one that cannot be read at all: 1)
   kExitOutOfMemory = 3,   // the allocator ran out of memory (replay --capacity, run --limit)
   kExitNoDevice = 4,      // NVML or the CUDA driver is not available, or no such GPU
   kExitPartial = 5,       // some targets failed (kill: a process survived or could not be signalled)

@@ -72,10 +72,13 @@ std::vector<std::string> candidate_socket_dirs(bool every_user) {
   // Another user's directory only when it is really theirs: a 0700 directory (no symlink) owned by the
   // uid its name gives. A user could otherwise point root's scan at any directory.
   auto add = [&](const std::string& d, const char* uid_text) {
-    if (!*uid_text || std::strspn(uid_text, "0123456789") != std::strlen(uid_text) || std::strlen(uid_text) > 9) return;
+    // A uid written as the kernel writes it: digits, no leading zero, below 2^32 - 1 (-1 is no uid).
+    if (!*uid_text || std::strspn(uid_text, "0123456789") != std::strlen(uid_text) || std::strlen(uid_text) > 10) return;
+    const unsigned long long uid = std::strtoull(uid_text, nullptr, 10);
+    if (uid >= 0xFFFFFFFFull || std::to_string(uid) != uid_text) return;
     for (const auto& seen : dirs)
       if (seen == d) return;
-    if (is_private_dir_of(d, uid_t(std::strtoul(uid_text, nullptr, 10)))) dirs.push_back(d);
+    if (is_private_dir_of(d, uid_t(uid))) dirs.push_back(d);
   };
   if (DIR* tmp = opendir("/tmp")) {
     while (dirent* e = readdir(tmp))

@@ -66,8 +66,9 @@ InfoReport collect_info(const nvml::Nvml& nvml, const std::vector<GpuRef>& gpus)
       for (bool gfx : {false, true}) {
         if (gfx && !graphics) break;
         for (const auto& p : gfx ? *graphics : *procs) {
+          // Only across the two lists: under MIG one PID is listed once per GPU instance, each its own line.
           auto seen = std::find_if(g.processes->begin(), g.processes->end(), [&](const auto& q) { return q.pid == p.pid; });
-          if (seen != g.processes->end()) {
+          if (gfx && seen != g.processes->end() && g.process_types[std::size_t(seen - g.processes->begin())] == "C") {
             g.process_types[std::size_t(seen - g.processes->begin())] = "C+G";
             continue;
           }

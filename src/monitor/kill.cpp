@@ -20,7 +20,7 @@ struct SignalEntry {
   int sig;
   const char* name;
 };
-// Every name kill(1) knows on Linux (but the real-time range, taken by number).
+// The names `kill -l` lists on Linux (the real-time range is taken by number).
 constexpr SignalEntry kSignals[] = {
     {SIGHUP, "HUP"},     {SIGINT, "INT"},       {SIGQUIT, "QUIT"}, {SIGILL, "ILL"},     {SIGTRAP, "TRAP"},
     {SIGABRT, "ABRT"},   {SIGBUS, "BUS"},       {SIGFPE, "FPE"},   {SIGKILL, "KILL"},   {SIGUSR1, "USR1"},

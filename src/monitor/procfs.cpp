@@ -52,7 +52,10 @@ std::string user_name(uid_t uid) {
 }
 
 std::optional<uid_t> uid_of_user(const std::string& name) {
-  if (!name.empty() && all_digits(name.c_str()) && name.size() < 10) return static_cast<uid_t>(std::stoul(name));
+  if (!name.empty() && all_digits(name.c_str()) && name.size() <= 10) {  // a uid: up to 2^32 - 2
+    const unsigned long long uid = std::stoull(name);
+    if (uid < 0xFFFFFFFFull) return static_cast<uid_t>(uid);
+  }
   struct passwd pw {};
   struct passwd* result = nullptr;
   char buf[1024];

@@ -12,6 +12,9 @@
 namespace gpumem::monitor {
 
 bool is_driver_daemon(const ProcInfo& p) {
+  // The name alone is anyone's to choose (a job renamed nvidia-smi would escape `kill --gpu`): a daemon
+  // also runs as root or as a user of the driver's own (nvidia-persistenced's --user).
+  if (p.uid != 0 && p.user.rfind("nvidia", 0) != 0) return false;
   // comm is cut to 15 characters by the kernel: "nvidia-persistenced" reads "nvidia-persiste".
   for (std::string_view name : {"nvidia-persistenced", "nv-hostengine", "nvidia-smi", "dcgm-exporter", "nvidia-fabricmanager"})
     if (p.comm == name.substr(0, 15)) return true;

@@ -19,7 +19,7 @@ struct SummaryOptions {
   double watch_s = 0;  // > 0: repeat in place every watch_s seconds until Ctrl-C
   bool color = false;
 };
-// Exit status: 0, or 130 when a watch was interrupted.
+// Exit status: 0, or 128 + N when signal N ended a watch (130: Ctrl-C, 143: SIGTERM).
 int run_summary(const SummaryOptions& options);
 
 }  // namespace gpumem::tui

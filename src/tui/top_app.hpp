@@ -16,7 +16,7 @@ struct TopOptions {
   bool use_control = true;
 };
 
-// Exit status: 0 after q, 130 after SIGINT or SIGTERM.
+// Exit status: 0 after q, 130 after SIGINT, 128 + N after another stop signal N (143: SIGTERM).
 int run_top(const TopOptions& options);
 
 }  // namespace gpumem::tui

@@ -149,6 +149,11 @@ TEST(ControlProcess, ALimitOnAnUnusedDeviceWaitsForItsFirstAllocation) {
   EXPECT_THROW(limit_fraction(t.pid(), 3, 0.00001), ControlError);
   EXPECT_THROW(limit_bytes(t.pid(), 3, 4096), ControlError);
   EXPECT_EQ(t.ask("allocon 3 8388608"), "ok") << "device 3 broken by a refused limit";
+  // Only the device's size tells whether a fraction holds a page (0.005 of 256 MiB does not): taken as
+  // pending, it is dropped with a warning when the device is first used, not left to fail it.
+  auto [small_rc, small_out] = shell(kGpumem + " limit " + pid + " 0.005 --device 4 2>&1");
+  EXPECT_EQ(small_rc, 0) << small_out;
+  EXPECT_EQ(t.ask("allocon 4 8388608"), "ok") << "device 4 broken by a pending limit that cannot apply";
 }
 
 // True once /proc says `pid` is stopped (state T), within 10 s.
@@ -311,6 +316,13 @@ TEST(ControlProcess, StaleSocketsAreRemovedNotTrusted) {
   EXPECT_TRUE(list_processes().empty());
   EXPECT_NE(access(old_socket.c_str(), F_OK), 0) << "an old socket nobody listens on stays";
   EXPECT_EQ(access(new_socket.c_str(), F_OK), 0) << "a socket just bound was taken for stale";
+  // Stale, but not in our own directory (another user's, or wherever a symlink pointed): never deleted.
+  ControlDir elsewhere;
+  setenv("GPUMEM_CONTROL_DIR", dir.path.c_str(), 1);  // ours stays `dir`
+  const std::string foreign = elsewhere.path + "/" + std::to_string(child) + ".sock";
+  close(open(foreign.c_str(), O_CREAT | O_WRONLY, 0600));
+  EXPECT_EQ(probe_socket(foreign).kind, SocketProbe::stale);
+  EXPECT_EQ(access(foreign.c_str(), F_OK), 0) << "deleted outside our own socket directory";
 }
 
 // Root's scan of every user's socket directory (stats --all, top, the exporter) deleted "stale" N.sock
@@ -325,8 +337,12 @@ TEST(ControlProcess, RootsScanDeletesNothingInAnotherUsersDirectory) {
   close(open(planted.c_str(), O_CREAT | O_WRONLY, 0600));  // root's file, no socket
   const uid_t uid = 900000000 + uid_t(getpid() % 100000);  // a uid nobody has
   const std::string link = "/tmp/gpumem-" + std::to_string(uid);
-  ASSERT_EQ(symlink(victim.c_str(), link.c_str()), 0);
   const std::string real = "/tmp/gpumem-" + std::to_string(uid + 1);  // a real 0700 directory, but root's
+  struct Cleanup {
+    std::string paths;
+    ~Cleanup() { std::system(("rm -rf " + paths).c_str()); }
+  } cleanup{victim + " " + link + " " + real};
+  ASSERT_EQ(symlink(victim.c_str(), link.c_str()), 0);
   ASSERT_EQ(mkdir(real.c_str(), 0700), 0);
   const std::string planted2 = real + "/4243.sock";
   close(open(planted2.c_str(), O_CREAT | O_WRONLY, 0600));
@@ -339,8 +355,6 @@ TEST(ControlProcess, RootsScanDeletesNothingInAnotherUsersDirectory) {
   EXPECT_EQ(access(planted.c_str(), F_OK), 0) << "deleted through a symlink: " << out;
   EXPECT_EQ(access(planted2.c_str(), F_OK), 0) << out;
   // The owner's own stale socket is still cleared by the owner's own scan (StaleSocketsAreRemovedNotTrusted).
-  unlink(link.c_str());
-  std::system(("rm -rf " + victim + " " + real).c_str());
 }
 
 // A process in another pid namespace (a container sharing GPUMEM_CONTROL_DIR) names its socket by its pid

@@ -258,7 +258,7 @@ TEST_F(PsKill, UserNarrowsNamedPids) {
   const std::string scenario = "gpu\nproc gpu=0 pid=" + std::to_string(other.pid()) + " used_mib=1\n";
   const std::string nobody = std::to_string(geteuid() + 12345);  // a uid no process here runs as
   auto r = run_gpumem({"kill", std::to_string(mine.pid()), "--user", nobody, "--dry-run"}, env(scenario));
-  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.status, 5) << "a named PID left alone is not all that was asked: " << r.err;
   EXPECT_EQ(r.out, "No process matches.\n");
   EXPECT_NE(r.err.find("PID " + std::to_string(mine.pid()) + " belongs to"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("left alone"), std::string::npos) << r.err;
@@ -278,4 +278,27 @@ TEST_F(PsKill, UnknownsAreNullInJson) {
   const auto killed = nlohmann::json::parse(run_gpumem({"kill", "--json", std::to_string(dead_pid())}, env(scenario)).out);
   ASSERT_EQ(killed.size(), 1u) << killed;
   EXPECT_TRUE(killed[0]["command"].is_null()) << killed;
+}
+
+// A driver daemon's name is anyone's to take: a user's job renamed nvidia-smi is no daemon, and
+// `kill --gpu` chooses it.
+TEST_F(PsKill, ADaemonsNameAloneMakesNoDaemon) {
+  if (geteuid() != 0 || std::system("command -v setpriv >/dev/null") != 0) GTEST_SKIP() << "needs root and setpriv";
+  const std::filesystem::path bin = dev_ / "bin";
+  std::filesystem::create_directories(bin);
+  std::filesystem::create_symlink("/bin/sleep", bin / "nvidia-smi");
+  std::filesystem::permissions(dev_, std::filesystem::perms::all);
+  std::filesystem::permissions(bin, std::filesystem::perms::all);
+  Child job("exec setpriv --reuid=65534 --regid=65534 --clear-groups " + (bin / "nvidia-smi").string() + " 314");
+  for (int i = 0; i < 500; ++i) {
+    const auto p = gpumem::monitor::read_process(job.pid());
+    if (p && p->comm == "nvidia-smi") break;
+    usleep(2000);
+  }
+  const std::string scenario = "gpu\nproc gpu=0 pid=" + std::to_string(job.pid()) + " used_mib=1\n";
+  const auto doc = nlohmann::json::parse(run_gpumem({"ps", "--json"}, env(scenario)).out);
+  ASSERT_EQ(doc["processes"].size(), 1u) << doc;
+  EXPECT_FALSE(doc["processes"][0]["driver_daemon"].get<bool>()) << doc;
+  auto r = run_gpumem({"kill", "--gpu", "0", "--dry-run"}, env(scenario));
+  EXPECT_NE(r.out.find("PID " + std::to_string(job.pid())), std::string::npos) << r.out << r.err;
 }

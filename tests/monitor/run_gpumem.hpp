@@ -22,6 +22,7 @@ namespace gpumem::testing {
 struct RunResult {
   std::string out, err;
   int status = -1;  // exit code, or 128+signal
+  bool signaled = false;  // killed by a signal (status 128+signal) rather than exiting
 };
 
 inline std::string gpumem_binary() { return std::string(GPUMEM_BINARY_DIR) + "/gpumem"; }
@@ -76,6 +77,7 @@ inline RunResult run_gpumem(const std::vector<std::string>& args, const std::map
   waitpid(pid, &st, 0);
   RunResult r;
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.signaled = WIFSIGNALED(st);
   close(out_fd);
   close(err_fd);
   r.out = slurp(out_tmpl);
