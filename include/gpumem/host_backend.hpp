@@ -63,6 +63,8 @@ class HostBackend final : public Backend {
 
   // Manual event mode: all events recorded so far on `stream` complete.
   void complete_stream(StreamId stream);
+  // Manual event mode: `stream` has no work queued from now on: events recorded on it are done at once.
+  void idle_stream(StreamId stream);
   std::size_t used_bytes() const noexcept { return used_.load(std::memory_order_relaxed); }
   std::size_t live_ranges() const noexcept { return ranges_.size(); }
   std::size_t live_chunks() const noexcept { return chunks_.size(); }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "gpumem/backend.hpp"
@@ -22,6 +23,8 @@ class StreamTickets {
   // Every event recorded so far (on one stream / on all) is done; `syncs` is counted under the lock.
   void complete(StreamId stream, std::uint64_t* syncs = nullptr);
   void complete_all(std::uint64_t* syncs = nullptr);
+  // Events recorded on `stream` from now on are done at once (no work is queued there any more).
+  void idle(StreamId stream);
   std::size_t pending() const;  // recorded and not yet released
 
  private:
@@ -35,6 +38,7 @@ class StreamTickets {
   std::vector<Event> events_;
   std::vector<EventHandle> free_;
   std::unordered_map<StreamId, std::uint64_t> recorded_, completed_;
+  std::unordered_set<StreamId> idle_;
 };
 
 }  // namespace gpumem

@@ -308,6 +308,7 @@ void HostBackend::release_event(EventHandle event) noexcept { events_.release(ev
 void HostBackend::synchronize() { events_.complete_all(&counts_.syncs); }
 void HostBackend::synchronize_stream(StreamId stream) { events_.complete(stream, &counts_.syncs); }
 void HostBackend::complete_stream(StreamId stream) { events_.complete(stream); }
+void HostBackend::idle_stream(StreamId stream) { events_.idle(stream); }
 std::size_t HostBackend::pending_events() const { return events_.pending(); }
 
 }  // namespace gpumem

@@ -13,6 +13,7 @@ EventHandle StreamTickets::record(StreamId stream) {
     events_.push_back({});
   }
   events_[h] = Event{stream, ++recorded_[stream], true};
+  if (idle_.count(stream)) completed_[stream] = recorded_[stream];
   return h;
 }
 
@@ -35,6 +36,13 @@ void StreamTickets::release(EventHandle event) noexcept {
 void StreamTickets::complete(StreamId stream, std::uint64_t* syncs) {
   std::lock_guard lock(mutex_);
   if (syncs) BackendCallCounts::add_shared(*syncs, 1);
+  auto it = recorded_.find(stream);
+  if (it != recorded_.end()) completed_[stream] = it->second;
+}
+
+void StreamTickets::idle(StreamId stream) {
+  std::lock_guard lock(mutex_);
+  idle_.insert(stream);
   auto it = recorded_.find(stream);
   if (it != recorded_.end()) completed_[stream] = it->second;
 }

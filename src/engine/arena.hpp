@@ -78,9 +78,10 @@ class Arena {
   // Unmaps every fully free mapped range (VMM) or frees every fully free segment (plain).
   // Returns the bytes of physical memory that became unused.
   std::size_t release_cached();
-  // Stitching for another stream's pool: lends like lend() below, after waiting for this arena's
-  // stream (its free blocks may still be read by work queued there). Returns bytes lent.
-  std::size_t lend_to_other_stream(std::size_t bytes, std::vector<Piece>& out);
+  // Stitching for another stream's pool: lends like lend() below once the work queued on this arena's
+  // stream is done (its free blocks may still be read by that work). `wait`: waits for the stream when
+  // it is busy; else lends only if it is found idle without waiting. Returns bytes lent.
+  std::size_t lend_to_other_stream(std::size_t bytes, std::vector<Piece>& out, bool wait);
 
   bool small_pool() const noexcept { return small_; }
   // The other arena of the same pool: when growing, its fully free pages are taken too.
@@ -229,7 +230,13 @@ class Arena {
     const Block* blocks[3] = {nullptr, nullptr, nullptr};
     bool has(const Block* b) const noexcept { return b == blocks[0] || b == blocks[1] || b == blocks[2]; }
   };
-  std::size_t lend(std::size_t bytes, Keep keep, std::vector<Piece>& out, bool sync_first = false);
+  // `other`: lending to another stream's pool, so this stream's queued work must be done first (see
+  // lend_to_other_stream: waited for, or only if found done).
+  enum class OtherStream { no, wait, if_idle };
+  std::size_t lend(std::size_t bytes, Keep keep, std::vector<Piece>& out, OtherStream other = OtherStream::no);
+  // Whether the work queued on this arena's stream so far is done, asked without waiting (an event
+  // recorded and queried at once); false when the backend cannot tell.
+  bool stream_idle() const noexcept;
   // Pages for growth by `need` bytes, at most `room`: mapped nowhere, then (when memory is tight)
   // lent from free ranges outside `keep`, then new chunks. Returns with at least `need` bytes more in
   // `pieces`, or throws OutOfMemoryError having added nothing.

@@ -9,11 +9,27 @@ namespace {
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 }  // namespace
 
-std::size_t Arena::lend_to_other_stream(std::size_t bytes, std::vector<Piece>& out) {
-  return lend(bytes, Keep{}, out, true);
+std::size_t Arena::lend_to_other_stream(std::size_t bytes, std::vector<Piece>& out, bool wait) {
+  return lend(bytes, Keep{}, out, wait ? OtherStream::wait : OtherStream::if_idle);
 }
 
-std::size_t Arena::lend(std::size_t bytes, Keep keep, std::vector<Piece>& out, bool sync_first) {
+bool Arena::stream_idle() const noexcept {
+  EventHandle event = 0;
+  try {
+    event = backend_.record_event(stream_);
+  } catch (...) {
+    return false;
+  }
+  bool done = false;
+  try {
+    done = backend_.event_done(event);
+  } catch (...) {
+  }
+  backend_.release_event(event);
+  return done;
+}
+
+std::size_t Arena::lend(std::size_t bytes, Keep keep, std::vector<Piece>& out, OtherStream other) {
   struct Candidate {
     Block* block;
     DevicePtr start;
@@ -47,7 +63,11 @@ std::size_t Arena::lend(std::size_t bytes, Keep keep, std::vector<Piece>& out, b
   std::sort(candidates.begin(), candidates.end(),
             [](const Candidate& a, const Candidate& b) { return a.bytes > b.bytes; });
   if (candidates.empty()) return 0;
-  if (sync_first) {
+  // For another stream: asked first whether this stream is done anyway (the caller holds this pool's
+  // lock, so every free block here was freed before the question): then no wait holds up the asking
+  // thread behind this stream's kernels.
+  if (other == OtherStream::if_idle && !stream_idle()) return 0;
+  if (other == OtherStream::wait) {
     try {
       backend_.synchronize_stream(stream_);
     } catch (...) {
@@ -55,7 +75,7 @@ std::size_t Arena::lend(std::size_t bytes, Keep keep, std::vector<Piece>& out, b
     }
   }
   std::size_t lent = 0;
-  const std::uint64_t number = note_lend(sync_first);
+  const std::uint64_t number = note_lend(other != OtherStream::no);
   for (const Candidate& c : candidates) {
     if (lent >= bytes) break;
     std::size_t take = std::min(c.bytes, page_ceil(c.start + round_up(bytes - lent, granularity_)) - c.start);

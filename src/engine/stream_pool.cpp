@@ -276,10 +276,10 @@ std::size_t StreamPool::release_cached() {
   return released;
 }
 
-std::size_t StreamPool::lend_to_other_stream(std::size_t bytes, std::vector<Piece>& out) {
+std::size_t StreamPool::lend_to_other_stream(std::size_t bytes, std::vector<Piece>& out, bool wait) {
   flush_parked();
-  std::size_t lent = large_.lend_to_other_stream(bytes, out);
-  if (lent < bytes) lent += small_.lend_to_other_stream(bytes - lent, out);
+  std::size_t lent = large_.lend_to_other_stream(bytes, out, wait);
+  if (lent < bytes) lent += small_.lend_to_other_stream(bytes - lent, out, wait);
   refresh_inactive_split(true);
   refresh_inactive_split(false);
   return lent;

@@ -58,7 +58,7 @@ class StreamPool {
   std::size_t release_cached();
   // Lends pages behind this pool's free ranges to another stream's pool (see Arena); requires lock()
   // and PhysicalMemory's mutex held. Returns bytes lent.
-  std::size_t lend_to_other_stream(std::size_t bytes, std::vector<Piece>& out);
+  std::size_t lend_to_other_stream(std::size_t bytes, std::vector<Piece>& out, bool wait);
   bool owns_arena(const void* arena) const noexcept { return arena == &small_ || arena == &large_; }
   bool has_pending() const noexcept { return !pending_.empty(); }
   std::size_t live_blocks() const noexcept { return live_.size(); }
