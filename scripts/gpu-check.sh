@@ -208,10 +208,14 @@ if [[ -f scripts/gpu-check-monitor.sh && "${GPU_CHECK_MONITOR:-1}" != 0 ]]; then
   step "7 monitor (scripts/gpu-check-monitor.sh)" 200 env OUT="$RES/monitor" N="${MON_N:-10}" LOOP_S="${MON_LOOP_S:-10}" \
     bash scripts/gpu-check-monitor.sh "$BIN/gpumem"
 fi
-# 9 several GPUs: one allocator per device, chosen by the index PyTorch passes; 9b FSDP2 peaks equal PyTorch's.
+# 9 several GPUs: one allocator per device, chosen by the index PyTorch passes; 9b FSDP2 peaks equal PyTorch's;
+# 9c cross-device record_stream and graph trees.
 if (( $(nvidia-smi -L | wc -l) >= 2 )); then
   step "9 multi-GPU: one allocator per device" 120 "$BIN/gpumem" run -- python3 bench/gpu/multi_gpu.py
   step "9b FSDP2 on every GPU: peaks native vs gpumem" 300 python3 bench/gpu/fsdp_peaks.py --gpumem "$BIN/gpumem"
+  # 9c record_stream with another GPU's stream; CUDA graph trees on cuda:1 while cuda:0 is current.
+  step "9c cross-GPU checks: native" 120 python3 bench/gpu/cross_gpu_checks.py
+  step "9c cross-GPU checks: gpumem" 120 "$BIN/gpumem" run -q -- python3 bench/gpu/cross_gpu_checks.py
 fi
 fi
 
