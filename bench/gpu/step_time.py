@@ -1,10 +1,11 @@
 """Step time under gpumem vs PyTorch's native allocator, measured so that a 1% difference can be told
 from noise: each workload of bench/gpu/train.py runs R times natively and R times under `gpumem run`,
 every run a fresh process, in alternating order (N G, G N, N G, ...) so that drift of the machine
-falls on both sides. Nothing else runs in the timed processes (no GPUMEM_TRACE, no report).
+falls on both sides, after an untimed native run (the first process after a pause starts cold: ViT's
+first native run took 3.6 s, the next 2.3). --expandable adds PyTorch's expandable_segments as an arm. Nothing else runs in the timed processes (no GPUMEM_TRACE, no report).
 
     python3 bench/gpu/step_time.py --gpumem .device/gpu/gpumem [--rounds 3] [--workloads lm:80,vit:40]
-                                   [--steps N] [--json out.json]
+                                   [--steps N] [--warmup 1] [--expandable] [--json out.json]
 
 For each workload it prints the sums of step times over all steps and after step 0 (CUDA, cuBLAS and
 cuDNN start-up), the median of gpumem's sums over the median of native's, and native's own spread
@@ -45,13 +46,22 @@ def run_once(gpumem, workload, steps, under_gpumem, extra_env=None):
             "ahead": result.get("ahead", {})}
 
 
-def measure(gpumem, workload, rounds, steps, variant=None):
-    # variant: (VAR, VALUE) for a third arm, gpumem with that environment (e.g. GPUMEM_MAP_AHEAD=0)
+EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+
+
+def measure(gpumem, workload, rounds, steps, variant=None, expandable=False, warmup=1):
+    # variant: (VAR, VALUE) for a third arm, gpumem with that environment (e.g. GPUMEM_MAP_AHEAD=0);
+    # expandable: one more arm, PyTorch's own allocator with its expandable_segments (its VMM mode)
     runs = {"native": [], "gpumem": []}
     arms = [("native", False, None), ("gpumem", True, None)]
     if variant:
         runs["variant"] = []
         arms.append(("variant", True, {variant[0]: variant[1]}))
+    if expandable:
+        runs["expandable"] = []
+        arms.append(("expandable", False, EXPANDABLE))
+    for _ in range(warmup):  # untimed: the first process after a pause starts cold (GPU clocks, disk cache)
+        run_once(gpumem, workload, steps, False)
     for r in range(rounds):
         order = arms[r % len(arms):] + arms[:r % len(arms)]
         if r % 2:
@@ -70,10 +80,11 @@ def measure(gpumem, workload, rounds, steps, variant=None):
             "ratio": statistics.median(mine) / statistics.median(native),
             "native_spread": max(native) / min(native),
         }
-        if variant:
-            other = [x[part] for x in runs["variant"]]
-            result[part]["variant_ms"] = other
-            result[part]["variant_ratio"] = statistics.median(other) / statistics.median(native)
+        for arm in ("variant", "expandable"):
+            if arm in runs:
+                other = [x[part] for x in runs[arm]]
+                result[part][arm + "_ms"] = other
+                result[part][arm + "_ratio"] = statistics.median(other) / statistics.median(native)
     if variant:
         result["variant"] = f"{variant[0]}={variant[1]}"
         result["variant_driver_ms"] = statistics.median(x["driver_ms"] for x in runs["variant"])
@@ -116,13 +127,16 @@ def main(argv):
     ap.add_argument("--steps", type=int, default=0, help="steps per run (default: train.py's)")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--variant", help="VAR=VALUE: a third arm, gpumem run with that in its environment")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed native runs first, per workload (default 1)")
+    ap.add_argument("--expandable", action="store_true",
+                    help="one more arm: PyTorch's allocator with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
     try:
         args = ap.parse_args(argv)
     except SystemExit as e:
         return 2 if e.code else 0
     workloads = [w for w in args.workloads.split(",") if w]
-    if args.rounds < 1 or not all(map(valid_spec, workloads)) or not os.access(args.gpumem, os.X_OK):
-        print(f"step_time: need --rounds >= 1, workloads among {', '.join(WORKLOADS)} (NAME or NAME:STEPS, "
+    if args.rounds < 1 or args.warmup < 0 or not all(map(valid_spec, workloads)) or not os.access(args.gpumem, os.X_OK):
+        print(f"step_time: need --rounds >= 1, --warmup >= 0, workloads among {', '.join(WORKLOADS)} (NAME or NAME:STEPS, "
               "1-999 steps) and an executable --gpumem",
               file=sys.stderr)
         return 2
@@ -132,7 +146,7 @@ def main(argv):
         w, _, steps = spec.partition(":")
         try:
             r = measure(args.gpumem, w, args.rounds, int(steps) if steps else args.steps,
-                        tuple(args.variant.split("=", 1)) if args.variant else None)
+                        tuple(args.variant.split("=", 1)) if args.variant else None, args.expandable, args.warmup)
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             print(f"step_time: {e}", file=sys.stderr)
             return 1
@@ -143,6 +157,10 @@ def main(argv):
             print(f"  {r['variant']}: {' '.join(f'{x:.0f}' for x in a['variant_ms'])} ms, / native "
                   f"{a['variant_ratio']:.4f}, after step 0 {b['variant_ratio']:.4f}, driver "
                   f"{r['variant_driver_ms']:.0f} ms", flush=True)
+        if "expandable_ms" in r["all"]:
+            a, b = r["all"], r["after0"]
+            print(f"  expandable_segments: {' '.join(f'{x:.0f}' for x in a['expandable_ms'])} ms, / native "
+                  f"{a['expandable_ratio']:.4f}, after step 0 {b['expandable_ratio']:.4f}", flush=True)
     for r in results:  # where gpumem's driver time went, per kind (its last run)
         driver = r["runs"]["gpumem"][-1]["driver"]
         print(f"{r['workload']} driver: " + ", ".join(

@@ -130,6 +130,13 @@ TEST_F(ReplayCli, JsonHasTheStableKeys) {
   EXPECT_DOUBLE_EQ(j["pytorch"]["ratio"].get<double>(), 1.2);
   EXPECT_FALSE(j.contains("oom"));
   EXPECT_EQ(j["peak_device"], j["peak_reserved"]);  // no pages made ahead without --map-ahead
+  // The driver calls by kind add up to the total (what a cost model of each call needs).
+  EXPECT_EQ(j["driver_calls"].get<std::uint64_t>(),
+            j["driver_creates"].get<std::uint64_t>() + j["driver_maps"].get<std::uint64_t>() +
+                j["driver_unmaps"].get<std::uint64_t>() + j["driver_releases"].get<std::uint64_t>() +
+                j["access_sets"].get<std::uint64_t>() + j["plain_allocs"].get<std::uint64_t>() +
+                j["plain_frees"].get<std::uint64_t>());
+  EXPECT_GT(j["driver_creates"].get<std::uint64_t>(), 0u);
 }
 
 // Pages made ahead take the device's memory before the reserved count shows them: the device's peak is
