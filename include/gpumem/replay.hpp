@@ -10,6 +10,7 @@
 // the first one is described in `first_oom`, and the replay goes on without that block (or stops, with
 // stop_at_first_oom).
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -74,6 +75,17 @@ struct ReplayResult {
   double seconds = 0;                // the replay loop only
   double read_seconds = 0;           // reading, checking and compiling the trace file (streamed replays)
   double ns_per_event() const { return events ? seconds * 1e9 / double(events) : 0; }
+  // The time the program's thread would spend in those driver calls on an H100, estimated from each call's
+  // cost per 2 MiB page there (bench/gpu/vmm_cost.cu, 2026-11-28: create 12.7 us, map 0.9, access 30.0
+  // (per page, even in one call over a run), unmap 21.9, release 14.5; 16 MiB pages cost a little less).
+  // Pages made ahead on the CUDA backend's own thread and then used count as free (replays with map-ahead
+  // counting only). For comparing engine settings without a GPU: a model, not a measurement.
+  double estimated_driver_ms() const {
+    const std::uint64_t ahead_used = calls.ahead_pages - std::min(calls.ahead_pages, calls.ahead_unused);
+    const auto on_thread = [&](std::uint64_t n) { return double(n - std::min(n, ahead_used)); };
+    return (on_thread(calls.driver_creates) * 12.7 + on_thread(calls.driver_maps) * 30.9 +
+            double(calls.driver_unmaps) * 21.9 + double(calls.driver_releases) * 14.5) / 1000.0;
+  }
 };
 
 ReplayResult replay(const Trace& trace, const ReplayOptions& options = {});

@@ -70,6 +70,7 @@ nlohmann::json to_json(const TraceInfo& t, const ReplayResult& r) {
       {"driver_maps", r.calls.driver_maps},
       {"driver_unmaps", r.calls.driver_unmaps},
       {"driver_releases", r.calls.driver_releases},
+      {"driver_ms_estimate", r.estimated_driver_ms()},
       {"ahead_pages", r.calls.ahead_pages},
       {"ahead_unused", r.calls.ahead_unused},
       {"peak_device", r.peak_device},
@@ -128,6 +129,10 @@ void print_table(const TraceInfo& t, const ReplayResult& r) {
   row("driver calls", fmt::format("{} ({} page creates, {} page maps, {} access-settings) as CUDA would make them",
                                   grouped(r.calls.driver_calls()), grouped(r.calls.driver_creates),
                                   grouped(r.calls.driver_maps), grouped(r.calls.access_sets)),
+      "");
+  row("driver time (est.)",
+      fmt::format("{:.1f} ms on the program's thread at an H100's per-page costs{}", r.estimated_driver_ms(),
+                  r.calls.ahead_pages ? " (pages made ahead and used: free)" : ""),
       "");
   if (r.calls.ahead_pages)
     row("made ahead", fmt::format("{} pages, {} unmapped again unused, on the CUDA backend's own thread",

@@ -137,6 +137,11 @@ TEST_F(ReplayCli, JsonHasTheStableKeys) {
                 j["access_sets"].get<std::uint64_t>() + j["plain_allocs"].get<std::uint64_t>() +
                 j["plain_frees"].get<std::uint64_t>());
   EXPECT_GT(j["driver_creates"].get<std::uint64_t>(), 0u);
+  // Without --map-ahead every page is made on the program's thread: the estimate is the per-page model.
+  const double model = (j["driver_creates"].get<double>() * 12.7 + j["driver_maps"].get<double>() * 30.9 +
+                        j["driver_unmaps"].get<double>() * 21.9 + j["driver_releases"].get<double>() * 14.5) / 1000;
+  EXPECT_NEAR(j["driver_ms_estimate"].get<double>(), model, 1e-9);
+  EXPECT_GT(model, 0.0);
 }
 
 // Pages made ahead take the device's memory before the reserved count shows them: the device's peak is
