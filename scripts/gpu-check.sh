@@ -19,7 +19,8 @@
 # Through the device tool: run(command="bash scripts/gpu-check.sh", carry=[".device/gpu", ".device/mon"]).
 # GPU_CHECK_PARTS picks parts (default all, ~30 min): "tools" (1-4b, 12-14), "train" (5), "time" (5b: step time,
 # untraced, native and gpumem alternated, bench/gpu/step_time.py; GPU_CHECK_TIME_WORKLOADS picks workloads,
-# GPU_CHECK_TIME_VARIANT=VAR=VALUE adds a third arm, e.g. GPUMEM_MAP_AHEAD=0),
+# GPU_CHECK_TIME_VARIANT=VAR=VALUE adds a third arm, e.g. GPUMEM_MAP_AHEAD=0; GPU_CHECK_TIME_EXPANDABLE=1 one more,
+# PyTorch's expandable_segments),
 # "procs" (6, 7, 9), "torch" (10), "torchcost" (11), "samples" (8); the device tool's 10-minute calls run it
 # whole as GPU_CHECK_PARTS="tools procs samples", then "train", then "time" (lm,resnet,vit), "time" (generate),
 # "torch", then "torchcost" (step 10 alone takes up to ~9 minutes).
@@ -182,7 +183,7 @@ if want time; then
   step "5b step time, native vs gpumem, ${GPU_CHECK_TIME_ROUNDS:-3} rounds" 1200 python3 bench/gpu/step_time.py \
     --gpumem "$BIN/gpumem" --rounds "${GPU_CHECK_TIME_ROUNDS:-3}" \
     --workloads "${GPU_CHECK_TIME_WORKLOADS:-lm,resnet,vit,generate}" --json "$RES/step_time.json" \
-    ${GPU_CHECK_TIME_VARIANT:+--variant "$GPU_CHECK_TIME_VARIANT"}
+    ${GPU_CHECK_TIME_VARIANT:+--variant "$GPU_CHECK_TIME_VARIANT"} ${GPU_CHECK_TIME_EXPANDABLE:+--expandable}
   python3 - "$RES/step_time.json" <<'EOF' || { row "5b target (time +-1%)" "MISSED (see above)"; FAILS=$((FAILS + 1)); }
 import json, sys
 results = json.load(open(sys.argv[1]))

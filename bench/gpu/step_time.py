@@ -2,7 +2,8 @@
 from noise: each workload of bench/gpu/train.py runs R times natively and R times under `gpumem run`,
 every run a fresh process, in alternating order (N G, G N, N G, ...) so that drift of the machine
 falls on both sides, after an untimed native run (the first process after a pause starts cold: ViT's
-first native run took 3.6 s, the next 2.3). --expandable adds PyTorch's expandable_segments as an arm. Nothing else runs in the timed processes (no GPUMEM_TRACE, no report).
+first native run took 3.6 s, the next 2.3). --expandable adds PyTorch's expandable_segments as an arm.
+Nothing else runs in the timed processes (no GPUMEM_TRACE, no report).
 
     python3 bench/gpu/step_time.py --gpumem .device/gpu/gpumem [--rounds 3] [--workloads lm:80,vit:40]
                                    [--steps N] [--warmup 1] [--expandable] [--json out.json]
