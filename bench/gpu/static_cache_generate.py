@@ -1,7 +1,7 @@
 """Hugging Face `generate` with a static KV cache, which `generate` compiles itself with
 torch.compile(mode="reduce-overhead") (CUDA graphs over a preallocated cache: the common fast path for LLM
-decoding), run natively and under `gpumem
-run`: the generated tokens must be equal (greedy decoding) and the memory figures are printed.
+decoding), run natively and under `gpumem run`: the generated tokens must be equal (greedy decoding)
+and the memory figures are printed.
 
     python3 bench/gpu/static_cache_generate.py [--out result.json]
     gpumem run -- python3 bench/gpu/static_cache_generate.py [--out result.json]
