@@ -462,6 +462,7 @@ def install_on_torch_import():
         sys.meta_path.insert(0, _InstallWhenTorchLoads())
 
 
+_DRIVER_KINDS = ("create", "map", "access", "unmap", "release")
 _REPORT_KEYS = {"peak_allocated": "allocated_bytes.all.peak", "peak_reserved": "reserved_bytes.all.peak",
                 "peak_requested": "requested_bytes.all.peak", "peak_active": "active_bytes.all.peak",
                 "num_ooms": "num_ooms",
@@ -491,7 +492,12 @@ def _run_setup():
             for d in range(torch.cuda.device_count()):
                 stats = memory_stats(d)
                 if stats.get("segment.all.allocated", 0) or stats.get("allocation.all.allocated", 0):
-                    devices[str(d)] = {k: stats.get(key, 0) for k, key in _REPORT_KEYS.items()}
+                    device = {k: stats.get(key, 0) for k, key in _REPORT_KEYS.items()}
+                    # What the page-by-page growth cost the program's threads (gpumem's own thread's
+                    # pages made ahead not included): the price of the memory saved (README).
+                    device["driver_calls"] = sum(stats.get(f"gpumem.driver.{k}.calls", 0) for k in _DRIVER_KINDS)
+                    device["driver_us"] = sum(stats.get(f"gpumem.driver.{k}.us", 0) for k in _DRIVER_KINDS)
+                    devices[str(d)] = device
         report = {"pid": os.getpid(), "installed": _installed, "oom": state["oom"], "devices": devices}
         try:
             with open(os.path.join(report_dir, f"report-{os.getpid()}.json"), "w") as f:

@@ -26,14 +26,6 @@ using trace::ReplayOom;
 using trace::ReplayResult;
 using trace::TraceInfo;
 
-std::string grouped(std::uint64_t n) {
-  std::string digits = std::to_string(n), out;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
 std::string bytes(std::uint64_t n) { return grouped(n) + " (" + format_bytes(n) + ")"; }
 std::string milliseconds(double s) { return fmt::format("{:.1f} ms", s * 1e3); }
 

@@ -20,6 +20,7 @@
 #include "cli/command.hpp"
 #include "cli/exit_codes.hpp"
 #include "cli/install_layout.hpp"
+#include "cli/output.hpp"
 #include "cli/run_launcher.hpp"
 #include "cli/run_options.hpp"
 #include "gpumem/errors.hpp"
@@ -59,6 +60,14 @@ void print_summary(const nlohmann::json& reports) {
       std::fprintf(stderr, "gpumem run: pid %lld device %s: peak live %s, peak reserved %s (%.3fx), %lld OOMs\n",
                    r.value("pid", 0LL), device.c_str(), format_bytes(live).c_str(), format_bytes(reserved).c_str(),
                    live ? double(reserved) / double(live) : 0.0, d.value("num_ooms", 0LL));
+      // The driver calls behind page-by-page growth, and what they cost the program's threads: where a run
+      // is slower than natively, this is most often why (README, "What that costs").
+      if (const auto calls = d.value("driver_calls", std::uint64_t(0)); calls)
+        std::fprintf(stderr,
+                     "gpumem run: pid %lld device %s: %s driver calls to create, map and unmap pages took %.1f ms "
+                     "of the program's threads\n",
+                     r.value("pid", 0LL), device.c_str(), grouped(calls).c_str(),
+                     double(d.value("driver_us", std::uint64_t(0))) / 1000.0);
       // Blocks the program freed while another stream still used them (record_stream) are held until that
       // work is done: memory in use that "live" does not count. Said where it explains the ratio above.
       const auto allocated = d.value("peak_allocated", std::uint64_t(0));

@@ -4,6 +4,7 @@
 // - stdout_failed(): called by main after every command; true when stdout could not be written (a full
 //   disk, a closed pipe, /dev/full), with one sentence in `why`.
 #pragma once
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -15,5 +16,8 @@ void print_json(const nlohmann::json& j, int indent = 2);
 void print_json(const nlohmann::ordered_json& j, int indent = 2);
 
 bool stdout_failed(std::string& why);
+
+// 1234567 -> "1,234,567": counts in tables and summaries.
+std::string grouped(std::uint64_t n);
 
 }  // namespace gpumem::cli

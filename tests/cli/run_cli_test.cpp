@@ -191,11 +191,13 @@ TEST_F(RunCli, PytorchAllocatorSettingsAreNamedAsNotApplying) {
 }
 
 // The summary reads the reports the program's processes leave in $GPUMEM_REPORT_DIR (gpumem_torch writes
-// them at exit); here the program writes them itself. Memory held for other streams gets a line of its own.
+// them at exit); here the program writes them itself. Memory held for other streams gets a line of its own,
+// and so does the time the driver calls took.
 TEST_F(RunCli, SummaryNamesMemoryHeldForOtherStreams) {
   const std::string write_reports =
       "echo '{\"pid\": 11, \"devices\": {\"0\": {\"peak_requested\": 1048576000, \"peak_allocated\": "
-      "1048576000, \"peak_active\": 1258291200, \"peak_reserved\": 1283457024, \"num_ooms\": 0}}}' > "
+      "1048576000, \"peak_active\": 1258291200, \"peak_reserved\": 1283457024, \"num_ooms\": 0, "
+      "\"driver_calls\": 12345, \"driver_us\": 348250}}}' > "
       "\"$GPUMEM_REPORT_DIR/report-11.json\"; "
       "echo '{\"pid\": 12, \"devices\": {\"0\": {\"peak_requested\": 1048576, \"peak_allocated\": 1048576, "
       "\"peak_active\": 1048576, \"peak_reserved\": 2097152, \"num_ooms\": 1}}}' > "
@@ -210,6 +212,12 @@ TEST_F(RunCli, SummaryNamesMemoryHeldForOtherStreams) {
   EXPECT_NE(r.err.find("pid 12 device 0: peak live 1.00 MiB, peak reserved 2.00 MiB (2.000x), 1 OOMs"),
             std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("pid 12 device 0: freed blocks"), std::string::npos) << r.err;  // none held: no line
+  // The driver calls' cost, where the report has them (not for pid 12: no such keys).
+  EXPECT_NE(r.err.find("pid 11 device 0: 12,345 driver calls to create, map and unmap pages took 348.2 ms of the "
+                       "program's threads"),
+            std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("pid 12 device 0: 0 driver calls"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 4) << r.err;
 }
 
 // A relative TMPDIR gives the program absolute PYTHONPATH and GPUMEM_REPORT_DIR (it may change directory);

@@ -298,6 +298,9 @@ class GpumemRun(unittest.TestCase):
         self.assertEqual(len(devices), 1, report)
         self.assertEqual(devices[0]["peak_requested"], 17 << 20)
         self.assertGreaterEqual(devices[0]["peak_reserved"], 17 << 20)
+        # the pages behind those bytes were created and mapped: the driver calls (or their stand-ins) counted
+        self.assertGreater(devices[0]["driver_calls"], 0, devices[0])
+        self.assertIn("driver calls to create, map and unmap pages took", r.stderr)
         self.assertEqual(devices[0]["peak_active"], devices[0]["peak_allocated"])  # one stream: none held
 
     def test_limit_breach_exits_with_status_3(self):
