@@ -47,10 +47,13 @@ double us_since(Clock::time_point t0, std::size_t calls) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / double(calls);
 }
 
+constexpr std::size_t kGranule = std::size_t(2) << 20;
+
 struct Setup {
   CUmemAllocationProp prop{};
   CUmemAccessDesc access{};
   CUdeviceptr va = 0, va2 = 0;  // two ranges of n pages: per-page access on one, per-run on the other
+  CUdeviceptr base = 0, base2 = 0;  // their reservations, a granule longer: va = base + a granule
   cudaStream_t stream = nullptr;
   long long busy_cycles = 0;
 };
@@ -118,8 +121,12 @@ bool measure(const Driver& d, int ordinal, std::size_t page, std::size_t n, Figu
   cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, ordinal);
   s.busy_cycles = (long long)khz * 20;  // ~20 ms at the base clock: longer than any round's calls
   if (cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking) != cudaSuccess) return false;
-  bool ok = d.cuMemAddressReserve(&s.va, n * page, page, 0, 0) == CUDA_SUCCESS &&
-            d.cuMemAddressReserve(&s.va2, n * page, page, 0, 0) == CUDA_SUCCESS;
+  // Pages start one granule into a granule-aligned reservation, as the engine maps them (at the top of
+  // a region, on any granule): a page size need not be a power of two, nor its address a multiple of it.
+  bool ok = d.cuMemAddressReserve(&s.base, n * page + kGranule, kGranule, 0, 0) == CUDA_SUCCESS &&
+            d.cuMemAddressReserve(&s.base2, n * page + kGranule, kGranule, 0, 0) == CUDA_SUCCESS;
+  s.va = s.base + kGranule;
+  s.va2 = s.base2 + kGranule;
   f.page = page;
   f.pages = n;
   std::vector<double> samples[kSamples];
@@ -127,8 +134,8 @@ bool measure(const Driver& d, int ordinal, std::size_t page, std::size_t n, Figu
   for (auto& v : samples) v.clear();
   for (int r = 0; ok && r < 5; ++r) ok = round(d, s, page, n, r == 4, false, f, samples);
   for (int r = 0; ok && r < 5; ++r) ok = round(d, s, page, n, false, true, f, samples);
-  if (s.va) d.cuMemAddressFree(s.va, n * page);
-  if (s.va2) d.cuMemAddressFree(s.va2, n * page);
+  if (s.base) d.cuMemAddressFree(s.base, n * page + kGranule);
+  if (s.base2) d.cuMemAddressFree(s.base2, n * page + kGranule);
   cudaStreamDestroy(s.stream);
   if (!ok) return false;
   f.create = median(samples[kCreate]);
