@@ -146,6 +146,26 @@ def _check(rc):
     return rc
 
 
+_WORD_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1
+_INT_MAX = (1 << 31) - 1
+
+
+def _in_range(value, low, high, what):
+    """value as an int from low to high: ctypes would wrap anything else into another number silently."""
+    n = int(value)
+    if not low <= n <= high:
+        raise ValueError(f"gpumem: {what} must be from {low} to {high}, got {n}")
+    return n
+
+
+def _size(nbytes, what="size"):
+    return _in_range(nbytes, 0, _WORD_MAX, what)
+
+
+def _pointer(ptr):
+    return ctypes.c_void_p(_in_range(ptr or 0, 0, _WORD_MAX, "pointer") or None)
+
+
 def _device(device):
     """None -> PyTorch's current device once installed (gpumem's current device otherwise); int, 'cuda:N'
     or torch.device -> its index."""
@@ -155,11 +175,11 @@ def _device(device):
             return torch.cuda.current_device()
         return -1
     if isinstance(device, int):
-        return device
+        return _in_range(device, -1, _INT_MAX, "device")
     if isinstance(device, str):
-        return int(device.split(":", 1)[1]) if ":" in device else _device(None)
+        return _device(int(device.split(":", 1)[1])) if ":" in device else _device(None)
     index = getattr(device, "index", None)
-    return _device(None) if index is None else int(index)
+    return _device(None) if index is None else _device(int(index))
 
 
 def _text(fn, device):
@@ -208,7 +228,7 @@ def set_per_process_memory_fraction(fraction, device=None):
 
 def set_limit(nbytes, device=None):
     """Caps reserved bytes on a device (0 removes the cap)."""
-    _check(_load().gpumem_set_limit(int(nbytes), _device(device)))
+    _check(_load().gpumem_set_limit(_size(nbytes, "limit"), _device(device)))
 
 
 def mem_get_info(device=None):
@@ -224,16 +244,16 @@ def backend_name(device=None):
 def allocate(nbytes, device=None, stream=0):
     """Raw allocation (an integer address); for tools and tests. Raises OutOfMemoryError when full."""
     out = ctypes.c_void_p()
-    _check(_load().gpumem_allocate(int(nbytes), _device(device), ctypes.c_void_p(stream or None), ctypes.byref(out)))
+    _check(_load().gpumem_allocate(_size(nbytes), _device(device), _pointer(stream), ctypes.byref(out)))
     return out.value or 0
 
 
 def deallocate(ptr, device=None, stream=0):
-    _check(_load().gpumem_deallocate(ctypes.c_void_p(ptr or None), _device(device), ctypes.c_void_p(stream or None)))
+    _check(_load().gpumem_deallocate(_pointer(ptr), _device(device), _pointer(stream)))
 
 
 def record_stream(ptr, stream):
-    _check(_load().gpumem_record_stream_checked(ctypes.c_void_p(ptr or None), ctypes.c_void_p(stream or None)))
+    _check(_load().gpumem_record_stream_checked(_pointer(ptr), _pointer(stream)))
 
 
 def get_per_process_memory_fraction(device=None):

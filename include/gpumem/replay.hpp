@@ -92,6 +92,10 @@ ReplayResult replay(const Trace& trace, const ReplayOptions& options = {});
 // Streams the file through one replay; `info` gets the header and, once the call returns, the summary.
 // Throws TraceError for bad input, wherever in the file it lies.
 ReplayResult replay(const std::string& path, TraceInfo& info, const ReplayOptions& options = {});
+// The same, then the file again up to the alloc that reached the peak reserved bytes: the result's
+// `snapshot` is the allocator at that moment (track_peak_event and snapshot_after_event are set here).
+// The file is opened once, so a pipe works too (TraceFile copies it).
+ReplayResult replay_with_peak_snapshot(const std::string& path, TraceInfo& info, ReplayOptions options = {});
 
 // Smallest capacity (a multiple of 2 MiB) at which the whole trace replays without OOM: bisection between
 // the physical limit (peak_requested) and the unconstrained run's peak reserved; every answer is a

@@ -189,7 +189,9 @@ int find_min_capacity(const ReplayArgs& args, TraceInfo& t, std::uint64_t page) 
   const bool limit = args.min_limit;
   const char* what = limit ? "limit" : "capacity";
   const std::string key = limit ? "min_limit" : "min_capacity";
+  struct RefusedEarly {};  // --strict and a trace that ends early: refused at the first probe, not after the search
   auto observer = [&](const trace::CapacityProbe& p) {
+    if (args.strict && t.truncated) throw RefusedEarly{};
     if (args.json) return;
     std::fprintf(stderr, "probe %zu/~%zu: %s %s: %s\n", p.number, p.estimated_total, what, bytes(p.capacity).c_str(),
                  p.ok ? "ok" : fmt::format("OOM at event {}", grouped(p.oom ? p.oom->event_index : 0)).c_str());
@@ -198,6 +200,9 @@ int find_min_capacity(const ReplayArgs& args, TraceInfo& t, std::uint64_t page) 
   try {
     m = trace::find_min_capacity(args.path, t, observer, page, trace::kDefaultStepCacheBytes,
                                  limit ? trace::Searched::limit : trace::Searched::capacity);
+  } catch (const RefusedEarly&) {
+    accept_ending(args, t);
+    return kExitUsage;
   } catch (const OutOfMemoryError& e) {
     if (args.json) print_json(nlohmann::json{{"trace", t.path}, {key, nullptr}, {"error", e.what()}});
     std::fflush(stdout);
@@ -271,17 +276,11 @@ int replay_once(const ReplayArgs& args, TraceInfo& t, std::uint64_t capacity, st
   options.limit = limit;
   options.page = page;
   options.map_ahead = args.map_ahead;
-  options.track_peak_event = args.peak_breakdown;
-  const ReplayResult r = trace::replay(args.path, t, options);
+  const ReplayResult r = args.peak_breakdown ? trace::replay_with_peak_snapshot(args.path, t, options)
+                                             : trace::replay(args.path, t, options);
   if (!accept_ending(args, t)) return kExitUsage;
   std::optional<report::ExcessBreakdown> breakdown;
-  if (args.peak_breakdown && r.peak_reserved) {  // the same replay again, stopped at the peak
-    options.track_peak_event = false;
-    options.snapshot_after_event = r.peak_event;
-    TraceInfo again;
-    const ReplayResult at_peak = trace::replay(args.path, again, options);
-    if (at_peak.snapshot) breakdown = report::explain_excess(*at_peak.snapshot);
-  }
+  if (r.snapshot) breakdown = report::explain_excess(*r.snapshot);
   if (args.json) {
     nlohmann::json j = to_json(t, r);
     if (breakdown) j["peak_breakdown"] = breakdown_json(r.peak_event, *breakdown);
@@ -401,9 +400,10 @@ CommandRunner setup_replay(CLI::App& sub) {
   sub.add_flag("--map-ahead", args->map_ahead,
                "Count the pages the CUDA backend would make ahead of need on its own thread: made, and unmapped "
                "unused (JSON keys ahead_pages, ahead_unused); they take the device's capacity while they wait, and the "
-               "device's peak with them is shown (JSON key peak_device)")
+               "device's peak with them is shown (JSON key peak_device); not with --limit, under which none are made")
       ->excludes("--min-capacity")  // the searches probe without pages made ahead (a limit turns them off)
-      ->excludes("--min-limit");
+      ->excludes("--min-limit")
+      ->excludes(limit);
   return [args] { return run_replay(*args); };
 }
 

@@ -7,10 +7,13 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "gpumem/trace.hpp"
@@ -152,7 +155,18 @@ namespace {
   throw TraceError(path, 0, std::string(what) + std::strerror(err));
 }
 
-// Copies a stream to an unlinked temporary file; returns its descriptor.
+// Whether a stream that starts with `head` can be a trace: gzip's magic bytes, or text whose first
+// character after white space opens the JSON header line. -1 while `head` is too short to tell.
+int starts_like_trace(std::string_view head) {
+  if (!head.empty() && static_cast<unsigned char>(head[0]) == 0x1f)
+    return head.size() < 2 ? -1 : static_cast<unsigned char>(head[1]) == 0x8b;
+  const std::size_t first = head.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos) return head.size() < 65536 ? -1 : 0;
+  return head[first] == '{';
+}
+
+// Copies a stream to an unlinked temporary file; returns its descriptor. A stream that does not start
+// like a trace is refused at once: `gpumem replay /dev/zero` would otherwise fill the disk first.
 int spool(int in, const std::string& path) {
   const char* dir = std::getenv("TMPDIR");
   std::string name = std::string(dir && *dir ? dir : "/tmp") + "/gpumem-trace-XXXXXX";
@@ -160,6 +174,8 @@ int spool(int in, const std::string& path) {
   if (out < 0) cannot(path, "cannot copy the stream to a temporary file: ", errno);
   ::unlink(name.c_str());
   std::vector<char> buffer(kInputBytes);
+  std::string head;  // the first bytes, until starts_like_trace() can tell
+  int verdict = -1;
   for (;;) {
     ssize_t got = ::read(in, buffer.data(), buffer.size());
     if (got < 0 && errno == EINTR) continue;
@@ -169,6 +185,14 @@ int spool(int in, const std::string& path) {
       cannot(path, "cannot read the trace: ", err);
     }
     if (got == 0) return out;
+    if (verdict < 0) {
+      head.append(buffer.data(), std::min(std::size_t(got), 65536 - std::min<std::size_t>(head.size(), 65536)));
+      verdict = starts_like_trace(head);
+      if (verdict == 0) {
+        ::close(out);
+        throw TraceError(path, 1, "not a gpumem-trace file: it starts with neither gzip's magic bytes nor a JSON header line");
+      }
+    }
     for (ssize_t done = 0; done < got;) {
       const ssize_t put = ::write(out, buffer.data() + done, std::size_t(got - done));
       if (put < 0 && errno == EINTR) continue;

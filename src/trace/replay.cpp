@@ -260,6 +260,24 @@ ReplayResult replay(const std::string& path, TraceInfo& info, const ReplayOption
   return r;
 }
 
+ReplayResult replay_with_peak_snapshot(const std::string& path, TraceInfo& info, ReplayOptions options) {
+  const auto start = Clock::now();
+  info.path = path;
+  TraceReader reader(path);
+  options.track_peak_event = true;
+  options.snapshot_after_event.reset();
+  ReplayResult r = stream_replay(reader, info, options, nullptr, true);
+  r.read_seconds = std::chrono::duration<double>(Clock::now() - start).count() - r.seconds;
+  if (r.peak_reserved) {
+    options.track_peak_event = false;
+    options.snapshot_after_event = r.peak_event;
+    reader.rewind();
+    TraceInfo scratch;
+    r.snapshot = stream_replay(reader, scratch, options, nullptr, false).snapshot;
+  }
+  return r;
+}
+
 MinCapacityResult find_min_capacity(const Trace& trace, const ProbeObserver& observer, std::uint64_t page,
                                     Searched searched) {
   const auto start = Clock::now();

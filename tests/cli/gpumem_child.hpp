@@ -38,8 +38,9 @@ class ScratchDirTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  // gpumem ARGS; `address_space_cap` > 0 caps the child's RLIMIT_AS at that many bytes.
-  Outcome run_gpumem(const std::vector<std::string>& args, std::uint64_t address_space_cap = 0) const {
+  // gpumem ARGS; `address_space_cap` > 0 caps the child's RLIMIT_AS at that many bytes; `stdin_fd` >= 0
+  // becomes the child's standard input (and is closed here once the child has it).
+  Outcome run_gpumem(const std::vector<std::string>& args, std::uint64_t address_space_cap = 0, int stdin_fd = -1) const {
     const std::string binary = GPUMEM_BINARY_DIR "/gpumem";
     const std::filesystem::path out = dir_ / "stdout", err = dir_ / "stderr";
     const pid_t pid = ::fork();
@@ -48,6 +49,7 @@ class ScratchDirTest : public ::testing::Test {
       const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       ::dup2(o, 1);
       ::dup2(e, 2);
+      if (stdin_fd >= 0) ::dup2(stdin_fd, 0);
       std::vector<char*> argv{const_cast<char*>(binary.c_str())};
       for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
@@ -56,6 +58,7 @@ class ScratchDirTest : public ::testing::Test {
       ::execv(binary.c_str(), argv.data());
       ::_exit(127);
     }
+    if (stdin_fd >= 0) ::close(stdin_fd);
     int wstatus = 0;
     ::waitpid(pid, &wstatus, 0);
     Outcome r;

@@ -6,11 +6,14 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -108,6 +111,10 @@ TEST_F(ReplayCli, ATraceThatEndsEarlyReplaysWhatItHas) {
   EXPECT_EQ(whole.status, 0) << whole.err;
   EXPECT_EQ(whole.err, "");
   EXPECT_FALSE(nlohmann::json::parse(whole.out).contains("truncated"));
+  const Outcome strict_min = gpumem({no_end, "--min-capacity", "--strict"});  // refused before the search
+  EXPECT_EQ(strict_min.status, 2);
+  EXPECT_NE(strict_min.err.find("--strict refuses it"), std::string::npos) << strict_min.err;
+  EXPECT_EQ(strict_min.err.find("probe "), std::string::npos) << strict_min.err;
   const Outcome min = gpumem({no_end, "--min-capacity", "--json"});
   EXPECT_EQ(min.status, 0) << min.err;
   EXPECT_NE(min.err.find("the trace ends early after 3,000 events"), std::string::npos) << min.err;
@@ -185,6 +192,48 @@ TEST_F(ReplayCli, PeakBreakdownSaysWhereTheExcessSits) {
 // On a device this trace just fits, a page mapped at two addresses is given back at one while its rest is
 // still used at the other: those bytes are reserved but neither free nor mapped nowhere. Every byte of the
 // excess is named somewhere (3.6 MiB were not).
+// A trace from a pipe (`<(zcat ...)`, /dev/stdin) is read once and kept, so that --peak-breakdown's second
+// pass sees it too (it found the pipe drained and called the trace empty); a pipe of anything but a trace
+// is refused at its first bytes instead of being copied to $TMPDIR until the disk is full.
+TEST_F(ReplayCli, PipesReplayLikeFilesAndJunkIsRefusedAtOnce) {
+  std::signal(SIGPIPE, SIG_IGN);  // the writer learns that gpumem stopped reading from write()'s error
+  const auto through_pipe = [&](const std::string& data, bool endless, std::vector<std::string> flags) {
+    int fds[2];
+    EXPECT_EQ(::pipe2(fds, O_CLOEXEC), 0);  // the child gets only the read end, as its stdin
+    std::size_t written = 0;
+    std::thread writer([&, out = fds[1]] {
+      do {
+        for (std::size_t done = 0; done < data.size();) {
+          const ssize_t put = ::write(out, data.data() + done, data.size() - done);
+          if (put <= 0) return void(::close(out));
+          done += std::size_t(put);
+          written += std::size_t(put);
+        }
+      } while (endless && written < (std::size_t(256) << 20));
+      ::close(out);
+    });
+    flags.insert(flags.begin(), "/dev/stdin");
+    const Outcome r = run_gpumem([&] {
+      flags.insert(flags.begin(), "replay");
+      return flags;
+    }(), 0, fds[0]);
+    writer.join();
+    return std::make_pair(r, written);
+  };
+  const std::string path = write("peak.jsonl", trace_text({{"alloc", 1, 3 * MiB}, {"alloc", 2, 4 * MiB}, {"free", 2, 4 * MiB}}));
+  const Outcome from_file = gpumem({path, "--peak-breakdown", "--json"});
+  ASSERT_EQ(from_file.status, 0) << from_file.err;
+  const auto [piped, bytes] = through_pipe(slurp(path), false, {"--peak-breakdown", "--json"});
+  ASSERT_EQ(piped.status, 0) << piped.err;
+  EXPECT_EQ(nlohmann::json::parse(piped.out)["peak_breakdown"], nlohmann::json::parse(from_file.out)["peak_breakdown"]);
+  for (const std::string& junk : {std::string(8, '\0'), std::string("y\n"), std::string("\x1f\x1f\x1f\x1f"), std::string("   \n\n  ")}) {
+    const auto [r, sent] = through_pipe(junk, true, {"--json"});
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find("not a gpumem-trace file"), std::string::npos) << r.err;
+    EXPECT_LT(sent, std::size_t(256) << 20);  // stopped reading early, not at the writer's end
+  }
+}
+
 TEST_F(ReplayCli, PeakBreakdownNamesEveryExcessByteOnATightDevice) {
   const std::string path = GPUMEM_SOURCE_DIR "/data/multistream_serve.jsonl.gz";
   const Outcome j = gpumem({path, "--peak-breakdown", "--json", "--capacity", "1201668096"});
@@ -334,6 +383,7 @@ TEST_F(ReplayCli, BadInputExitsTwoWithOneSentence) {
       {{good, "--page", "3MiB"}, "power of two"},
       {{good, "--no-such-flag"}, "no-such-flag"},
       {{good, "--capacity", "1GiB", "--min-capacity"}, "excludes"},
+      {{good, "--limit", "1GiB", "--map-ahead"}, "excludes"},  // no pages are made ahead under a cap
   };
   for (const Case& c : cases) {
     const Outcome r = gpumem(c.args);

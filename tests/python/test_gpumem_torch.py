@@ -70,6 +70,20 @@ class CtypesLayer(unittest.TestCase):
         with self.assertRaises(gt.GpumemError):
             gt.record_stream(12345, 1)
 
+    def test_numbers_ctypes_would_wrap_are_refused(self):
+        # ctypes passes 2**64 + 5 as 5 and -1 as SIZE_MAX: each must be a ValueError, with nothing changed.
+        before = gt.memory_allocated(4)
+        for call in (lambda: gt.allocate(2**64 + 5, device=4), lambda: gt.allocate(-1, device=4),
+                     lambda: gt.set_limit(2**64 + (2 << 20), device=4), lambda: gt.set_limit(-1, device=4),
+                     lambda: gt.deallocate(2**70, device=4), lambda: gt.memory_allocated(2**40),
+                     lambda: gt.memory_allocated(-2), lambda: gt.allocate(512, device="cuda:4294967297")):
+            with self.assertRaises(ValueError):
+                call()
+        self.assertEqual(gt.memory_allocated(4), before)
+        self.assertEqual(gt.get_per_process_memory_fraction(4), 1.0)  # no limit was set
+        p = gt.allocate(2 << 20, device=4)  # and the largest values still pass
+        gt.deallocate(p, device=4)
+
     def test_missing_library_is_one_clear_error(self):
         r = run_python("""
             import gpumem_torch
