@@ -183,7 +183,7 @@ int run_limit(const ControlArgs& a) {
 }
 
 int run_stop(const ControlArgs& a) {
-  if (!(a.timeout >= 0 && a.timeout < 1e6)) throw CLI::ValidationError("--timeout needs seconds >= 0");
+  if (!(a.timeout >= 0 && a.timeout < 1e6)) throw CLI::ValidationError("--timeout needs seconds from 0 to 999999");
   auto start = std::chrono::steady_clock::now();
   std::int64_t released = 0;
   try {

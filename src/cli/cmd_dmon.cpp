@@ -56,7 +56,7 @@ GPUMEM_REGISTER_COMMAND(
       sub.add_option("-s,--select", o->metrics,
                      "metric groups as nvidia-smi dmon: p power/temp, u utilization (sm mem enc dec, jpg ofa where "
                      "the driver has them), c clocks, v power/thermal violations (pviol %, tviol 0/1), m FB/BAR1 "
-                     "memory, e ECC/PCIe replay errors, t PCIe throughput; g gpumem's reserved/free (default pucmg)");
+                     "memory, e ECC/PCIe replay errors, t PCIe throughput; g memory the driver reserves and free memory (default pucmg)");
       return [o] { return run_monitor_command("dmon", [&] { return run_dmon(*o); }); };
     });
 

@@ -121,8 +121,10 @@ GPUMEM_REGISTER_COMMAND(
       sub.footer(std::string(kExitCodeHelp) + "  exporter: 0 after SIGTERM (a service's normal stop), 130 after Ctrl-C\n");
       sub.add_option("--listen", o->listen, "HOST:PORT to serve on (default 127.0.0.1:9400; :9400 for every interface)");
       sub.add_option("--interval", o->interval, "seconds between background samples (default 1)");
-      sub.add_flag("--once", o->once, "print one sample's /metrics to stdout and exit (no server)");
-      sub.add_flag("--openmetrics", o->openmetrics, "with --once: OpenMetrics instead of the Prometheus text format");
+      auto* once = sub.add_flag("--once", o->once, "print one sample's /metrics to stdout and exit (no server)");
+      // Served, the format follows each scrape's Accept header; the flag would be silently ignored there.
+      sub.add_flag("--openmetrics", o->openmetrics, "with --once: OpenMetrics instead of the Prometheus text format")
+          ->needs(once);
       sub.add_flag("--json", o->json, "with --once: the sample as JSON; serving: print the bound address as one JSON line");
       return [o] { return run_monitor_command("exporter", [&] { return run_exporter(*o); }); };
     });

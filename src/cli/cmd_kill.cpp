@@ -27,7 +27,7 @@ struct KillArgs {
 int run_kill(const KillArgs& a) {
   monitor::KillOptions opt;
   opt.signal = monitor::parse_signal(a.signal);
-  if (!(a.timeout >= 0 && a.timeout < 1e6)) throw monitor::UsageError("--timeout needs seconds >= 0.");
+  if (!(a.timeout >= 0 && a.timeout < 1e6)) throw monitor::UsageError("--timeout needs seconds from 0 to 999999.");
   opt.timeout_s = a.timeout;
   opt.dry_run = a.dry_run;
   if (a.pids.empty() && a.gpus.empty() && a.user.empty() && !a.ghosts)
@@ -82,6 +82,18 @@ int run_kill(const KillArgs& a) {
   auto outcomes = monitor::kill_processes(targets, opt);
   std::string text = a.json ? json_text(monitor::kill_json(outcomes)) : monitor::render_kill(outcomes);
   std::fwrite(text.data(), 1, text.size(), stdout);
+  if (!monitor::kill_all_done(outcomes)) {  // the exit status says "partly done": stderr says why, once
+    std::size_t left = 0;
+    const monitor::KillOutcome* first = nullptr;
+    for (const auto& o : outcomes) {
+      if (monitor::kill_all_done({o})) continue;
+      ++left;
+      if (!first) first = &o;
+    }
+    std::fflush(stdout);
+    std::fprintf(stderr, "gpumem kill: %zu of %zu processes not stopped (PID %d: %s%s).\n", left, outcomes.size(),
+                 first->pid, first->detail.c_str(), left > 1 ? "; the others above" : "");
+  }
   return monitor::kill_all_done(outcomes) && !named_left_alone ? kExitOk : kExitPartial;
 }
 

@@ -50,7 +50,7 @@ DmonColumns parse_dmon_metrics(const std::string& letters) {
       default:
         throw UsageError(std::string("unknown dmon metric group '") + ch +
                          "' (p power/temp, u utilization, c clocks, v power/thermal violations, m FB/BAR1 memory, "
-                         "e ECC/PCIe errors, t PCIe throughput, g gpumem's reserved/free).");
+                         "e ECC/PCIe errors, t PCIe throughput, g driver-reserved and free memory).");
     }
   }
   if (!(c.power || c.util || c.clocks || c.violations || c.memory || c.ecc || c.pcie || c.gpumem))

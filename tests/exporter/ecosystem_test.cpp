@@ -217,6 +217,10 @@ TEST(ExporterEcosystem, DashboardQueriesOnlyServedMetrics) {
 TEST(ExporterEcosystem, ExitCodes) {
   EXPECT_EQ(run_gpumem({"exporter", "--listen", "nowhere"}, fake_env()).status, 2);
   EXPECT_EQ(run_gpumem({"exporter", "--interval", "0"}, fake_env()).status, 2);
+  // Served, each scrape's Accept header picks the format: the flag alone would be ignored, so it is refused.
+  RunResult served_om = run_gpumem({"exporter", "--openmetrics", "--listen", "127.0.0.1:0"}, fake_env());
+  EXPECT_EQ(served_om.status, 2) << served_om.err;
+  EXPECT_NE(served_om.err.find("--once"), std::string::npos) << served_om.err;
   auto env = fake_env();
   env["GPUMEM_NVML_LIBRARY"] = "/nonexistent/libnvidia-ml.so.1";
   RunResult none = run_gpumem({"exporter", "--once"}, env);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "monitor/procfs.hpp"
@@ -301,4 +302,23 @@ TEST_F(PsKill, ADaemonsNameAloneMakesNoDaemon) {
   EXPECT_FALSE(doc["processes"][0]["driver_daemon"].get<bool>()) << doc;
   auto r = run_gpumem({"kill", "--gpu", "0", "--dry-run"}, env(scenario));
   EXPECT_NE(r.out.find("PID " + std::to_string(job.pid())), std::string::npos) << r.out << r.err;
+}
+
+// A PID that is gone leaves nothing done: "partly done" (exit 5) with the reason on stderr, not only in
+// the table on stdout.
+TEST_F(PsKill, APidThatIsGoneIsSaidOnStderr) {
+  int gone = 0;
+  {
+    Child brief("exit 0");
+    gone = brief.pid();
+    brief.reap();
+  }
+  auto r = run_gpumem({"kill", std::to_string(gone), "--timeout", "1"}, env("gpu\n"));
+  EXPECT_EQ(r.status, 5) << r.err;
+  EXPECT_NE(r.err.find("gpumem kill: 1 of 1 processes not stopped (PID " + std::to_string(gone) + ": no such process)"),
+            std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  auto big = run_gpumem({"kill", std::to_string(gone), "--timeout", "1e308"}, env("gpu\n"));
+  EXPECT_EQ(big.status, 2);
+  EXPECT_NE(big.err.find("--timeout needs seconds from 0 to 999999"), std::string::npos) << big.err;
 }
