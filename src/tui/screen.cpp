@@ -99,10 +99,11 @@ void sparkline(int y, int x, int width, const std::deque<float>& h, const Screen
 std::string gpu_info_line(const monitor::GpuSample& g) {
   char buf[256];
   std::string power = g.power_mw ? std::to_string((*g.power_mw + 500) / 1000) + "W" : "-W";
-  if (g.power_limit_mw) power += "/" + std::to_string(*g.power_limit_mw / 1000) + "W";
+  if (g.power_limit_mw) power.append("/").append(std::to_string(*g.power_limit_mw / 1000)).append("W");
+  const std::string pstate = g.pstate ? std::string("P").append(std::to_string(*g.pstate)) : std::string("P?");
   std::snprintf(buf, sizeof buf, " %s  SM %s  MEM-BW %s  %s  %s  clk %s/%s MHz", num(g.temperature, "C").c_str(),
                 num(g.util_gpu, "%").c_str(), num(g.util_memory, "%").c_str(), power.c_str(),
-                g.pstate ? ("P" + std::to_string(*g.pstate)).c_str() : "P?", num(g.clock_sm_mhz, "").c_str(),
+                pstate.c_str(), num(g.clock_sm_mhz, "").c_str(),
                 num(g.clock_memory_mhz, "").c_str());
   return buf;
 }
@@ -148,8 +149,16 @@ void draw(const TopData& d, ViewState& view, const ScreenStyle& st, const Overla
   }
   int y = 1;
   const bool two_lines = H >= 2 * n + 9;
-  const bool graphs = H >= 3 * n + 10 && W >= 60;
-  for (const monitor::GpuSample& g : d.sample.gpus) {
+  auto rows = visible_rows(d, view);
+  // GPU lines get what the title, the table's header, a few of its rows and the bottom line leave: with
+  // more GPUs than fit, the rest are counted on one line, so that processes stay in view (30 GPUs at
+  // 80x24 hid the whole table).
+  const int per_gpu = two_lines ? 2 : 1;
+  const int gpu_room = std::max(0, H - 3 - std::min(5, std::max(1, static_cast<int>(rows.size()))));
+  const int shown = n * per_gpu <= gpu_room ? n : std::max(0, (gpu_room - 1) / per_gpu);
+  const bool graphs = shown == n && H >= 3 * n + 10 && W >= 60;
+  for (int gi = 0; gi < shown; ++gi) {
+    const monitor::GpuSample& g = d.sample.gpus[gi];
     std::string label = std::to_string(g.index) + " " + g.name.value_or("GPU");
     if (!g.error.empty()) {
       put(y, 0, label + "  " + g.error + " (not answering)", W, A_BOLD | color(st, kError));
@@ -170,13 +179,18 @@ void draw(const TopData& d, ViewState& view, const ScreenStyle& st, const Overla
     } else {
       std::string head = label.substr(0, 18);
       head.resize(19, ' ');
-      std::string tail = " " + num(g.temperature, "C") + " " + num(g.util_gpu, "%") + " " + mem;
+      std::string tail(" ");
+      tail.append(num(g.temperature, "C")).append(" ").append(num(g.util_gpu, "%")).append(" ").append(mem);
       int bar = std::max(6, W - 19 - static_cast<int>(tail.size()) - 1);
       put(y, 0, head, W, A_BOLD);
       memory_bar(y, 19, bar, g, d, st);
       put(y, 19 + bar, tail, W - 19 - bar);
       ++y;
     }
+  }
+  if (shown < n && y < H - 1) {
+    put(y++, 0, std::string("+").append(std::to_string(n - shown)).append(" more GPUs: a taller window shows them (g filters the table to one)"),
+        W, color(st, kDim));
   }
   if (graphs) {
     int half = (W - 16) / 2;
@@ -202,8 +216,7 @@ void draw(const TopData& d, ViewState& view, const ScreenStyle& st, const Overla
     header += buf;
   }
   header.resize(std::max<size_t>(header.size(), W), ' ');
-  put(y++, 0, header, W, A_REVERSE);
-  auto rows = visible_rows(d, view);
+  if (y < H - 1) put(y++, 0, header, W, A_REVERSE);
   const int table_h = std::max(0, H - y - 1);
   view.cursor = std::clamp(view.cursor, 0, std::max(0, static_cast<int>(rows.size()) - 1));
   if (view.cursor < view.scroll) view.scroll = view.cursor;
@@ -234,6 +247,7 @@ void draw(const TopData& d, ViewState& view, const ScreenStyle& st, const Overla
   std::string bottom = !ov.prompt.empty() ? ov.prompt : !ov.message.empty() ? ov.message
                        : readonly ? "q quit  h help  arrows move  M/P/U/T sort  f user  g gpu  (read-only)"
                                   : "q quit  h help  space select  c clear  l limit  s stop  k kill  M/P/U/T sort  f g filter";
+  bottom.resize(std::max<size_t>(bottom.size(), W), ' ');  // over whatever a short window drew there
   put(H - 1, 0, bottom, W, ov.prompt.empty() ? A_NORMAL : A_BOLD);
   if (ov.help) {
     int hy = std::max(1, H / 2 - 4), hx = std::max(0, W / 2 - 40);

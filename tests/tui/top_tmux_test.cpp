@@ -157,6 +157,33 @@ TEST(TopTmux, EightGpusAt200x50) {
   EXPECT_TRUE(t.terminal_restored());
 }
 
+// More GPUs than lines: the rest are counted on one line and the process table stays in view (30 GPUs
+// at 80x24 showed 22 of them and no process); a window a few lines high keeps its bottom line to the key
+// hints (the table's header showed through behind them).
+TEST(TopTmux, ManyGpusKeepTheProcessesInViewAndShortWindowsStayClean) {
+  Fixture f("top30", 29);
+  TmuxSession t("30", 80, 24, f.command("-d 30"));
+  ASSERT_TRUE(t.wait_for("more GPUs")) << t.capture();
+  std::string screen = t.settled("q quit");
+  EXPECT_NE(screen.find("+"), std::string::npos) << screen;
+  EXPECT_NE(screen.find("PID"), std::string::npos) << screen;
+  EXPECT_NE(screen.find(std::to_string(f.big)), std::string::npos) << screen;
+  t.keys("q");
+  EXPECT_EQ(t.wait_exit(), 0);
+  for (int height : {3, 4}) {
+    Fixture g("topshort" + std::to_string(height), 1);
+    TmuxSession s("short" + std::to_string(height), 200, height, g.command("-d 30"));
+    ASSERT_TRUE(s.wait_for("q quit")) << s.capture();
+    const std::string shown = s.settled("q quit");
+    const std::string last = shown.substr(shown.rfind("q quit"));
+    EXPECT_EQ(last.substr(0, last.find_last_not_of(" \n") + 1),
+              "q quit  h help  space select  c clear  l limit  s stop  k kill  M/P/U/T sort  f g filter")
+        << shown;
+    s.keys("q");
+    EXPECT_EQ(s.wait_exit(), 0);
+  }
+}
+
 TEST(TopTmux, KillKeyConfirmsThenStopsTheRealProcess) {
   Fixture f("topkill", 2);
   TmuxSession t("kill", 100, 30, f.command(""));
