@@ -155,8 +155,13 @@ std::string render_ps(const PsReport& r) {
     long long unexplained = g.used_bytes ? static_cast<long long>(to_mib(*g.used_bytes)) -
                                                static_cast<long long>(to_mib(g.process_bytes))
                                          : 0;
-    std::snprintf(line, sizeof line, "GPU %u (%s): used %s, by processes %llu MiB, unexplained %lld MiB%s\n",
-                  g.index, printable(g.name).c_str(), mib_text(g.used_bytes).c_str(), to_mib(g.process_bytes), unexplained,
+    // Processes may report more than the GPU's used memory (NVML reads them at other instants): said as
+    // such, not as a negative amount nobody can explain.
+    char rest[96];
+    if (unexplained >= 0) std::snprintf(rest, sizeof rest, "unexplained %lld MiB", unexplained);
+    else std::snprintf(rest, sizeof rest, "processes report %lld MiB more than used", -unexplained);
+    std::snprintf(line, sizeof line, "GPU %u (%s): used %s, by processes %llu MiB, %s%s\n", g.index,
+                  printable(g.name).c_str(), mib_text(g.used_bytes).c_str(), to_mib(g.process_bytes), rest,
                   g.error.empty() ? "" : ("; " + g.error).c_str());
     out += line;
   }

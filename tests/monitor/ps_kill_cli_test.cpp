@@ -322,3 +322,17 @@ TEST_F(PsKill, APidThatIsGoneIsSaidOnStderr) {
   EXPECT_EQ(big.status, 2);
   EXPECT_NE(big.err.find("--timeout needs seconds from 0 to 999999"), std::string::npos) << big.err;
 }
+
+// Processes that report more than the GPU's used memory: said so in words, the signed difference in JSON.
+TEST_F(PsKill, ProcessesAboveUsedMemoryAreSaidNotNegative) {
+  Child a("exec sleep 321");
+  wait_for_exec(a, "321");
+  const std::string scenario = "gpu used_mib=1000\nproc gpu=0 pid=" + std::to_string(a.pid()) + " used_mib=1200\n";
+  auto r = run_gpumem({"ps"}, env(scenario));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("by processes 1200 MiB, processes report 200 MiB more than used"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("unexplained -"), std::string::npos) << r.out;
+  auto j = run_gpumem({"ps", "--json"}, env(scenario));
+  ASSERT_EQ(j.status, 0) << j.err;
+  EXPECT_EQ(nlohmann::json::parse(j.out)["gpus"][0]["unexplained_bytes"].get<long long>(), -(200ll << 20));
+}
