@@ -4,6 +4,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <clocale>
 #include <csignal>
 #include <cstring>
@@ -200,8 +201,13 @@ int run_top(const TopOptions& o) {
       overlay.message = "no process under the cursor";
       return;
     }
-    std::string who;
-    for (const ProcRow* r : t) who += (who.empty() ? "" : ", ") + describe(*r);
+    std::string who;  // each process once, though it has a row per GPU it uses (the actions go by PID)
+    std::vector<int> named;
+    for (const ProcRow* r : t) {
+      if (std::find(named.begin(), named.end(), r->pid) != named.end()) continue;
+      named.push_back(r->pid);
+      who += (who.empty() ? "" : ", ") + describe(*r);
+    }
     prompt.mode = Mode::kConfirm;
     prompt.input.clear();  // what an earlier prompt left would read as a typed answer
     prompt.question = std::string(verb) + " " + who + "? [y/N]";

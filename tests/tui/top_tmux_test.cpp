@@ -205,6 +205,27 @@ TEST(TopTmux, KillKeyConfirmsThenStopsTheRealProcess) {
   EXPECT_TRUE(t.terminal_restored());
 }
 
+// A process on two GPUs has a row on each; selected, the confirmation names it once (it listed it twice).
+TEST(TopTmux, AProcessOnTwoGpusIsNamedOnceInTheConfirmation) {
+  Fixture f("toptwo", 2);
+  std::ofstream(f.scenario, std::ios::app) << "proc gpu=1 pid=" << f.big << " used_mib=100\n";
+  TmuxSession t("two", 160, 30, f.command("-d 30"));
+  ASSERT_TRUE(t.wait_for("q quit")) << t.capture();
+  t.keys("Space");  // the cursor starts on `big`: both of its rows are selected
+  t.keys("k");
+  ASSERT_TRUE(t.wait_for("Kill (TERM")) << t.capture();
+  const std::string screen = t.capture();
+  std::string prompt = screen.substr(screen.find("Kill (TERM"));
+  prompt = prompt.substr(0, prompt.find('\n'));
+  const std::string name = std::to_string(f.big) + " sleep";
+  EXPECT_NE(prompt.find(name), std::string::npos) << prompt;
+  EXPECT_EQ(prompt.find(name, prompt.find(name) + 1), std::string::npos) << prompt;
+  t.keys("n");
+  ASSERT_TRUE(t.wait_for("cancelled")) << t.capture();
+  t.keys("q");
+  EXPECT_EQ(t.wait_exit(), 0);
+}
+
 TEST(TopTmux, ReadonlyRefusesActions) {
   Fixture f("topro", 1);
   TmuxSession t("ro", 80, 24, f.command("--readonly"));
