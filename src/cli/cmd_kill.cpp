@@ -82,14 +82,10 @@ int run_kill(const KillArgs& a) {
   auto outcomes = monitor::kill_processes(targets, opt);
   std::string text = a.json ? json_text(monitor::kill_json(outcomes)) : monitor::render_kill(outcomes);
   std::fwrite(text.data(), 1, text.size(), stdout);
-  if (!monitor::kill_all_done(outcomes)) {  // the exit status says "partly done": stderr says why, once
-    std::size_t left = 0;
-    const monitor::KillOutcome* first = nullptr;
-    for (const auto& o : outcomes) {
-      if (monitor::kill_all_done({o})) continue;
-      ++left;
-      if (!first) first = &o;
-    }
+  const auto not_done = [](const monitor::KillOutcome& o) { return !monitor::kill_done(o); };
+  if (const auto first = std::find_if(outcomes.begin(), outcomes.end(), not_done); first != outcomes.end()) {
+    // The exit status says "partly done": stderr says why, once.
+    const auto left = std::size_t(std::count_if(outcomes.begin(), outcomes.end(), not_done));
     std::fflush(stdout);
     std::fprintf(stderr, "gpumem kill: %zu of %zu processes not stopped (PID %d: %s%s).\n", left, outcomes.size(),
                  first->pid, first->detail.c_str(), left > 1 ? "; the others above" : "");

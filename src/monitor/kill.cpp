@@ -175,11 +175,13 @@ nlohmann::ordered_json kill_json(const std::vector<KillOutcome>& outcomes) {
   return j;
 }
 
+bool kill_done(const KillOutcome& o) {
+  return o.result == KillResult::kExited || o.result == KillResult::kKilled || o.result == KillResult::kDryRun ||
+         o.result == KillResult::kSignalled;
+}
+
 bool kill_all_done(const std::vector<KillOutcome>& outcomes) {
-  return std::all_of(outcomes.begin(), outcomes.end(), [](const KillOutcome& o) {
-    return o.result == KillResult::kExited || o.result == KillResult::kKilled || o.result == KillResult::kDryRun ||
-           o.result == KillResult::kSignalled;
-  });
+  return std::all_of(outcomes.begin(), outcomes.end(), kill_done);
 }
 
 }  // namespace gpumem::monitor

@@ -41,7 +41,9 @@ std::string signal_name(int sig);
 std::vector<KillOutcome> kill_processes(const std::vector<int>& pids, const KillOptions& options);
 std::string render_kill(const std::vector<KillOutcome>& outcomes);
 nlohmann::ordered_json kill_json(const std::vector<KillOutcome>& outcomes);
-// Exit status: all exited/killed/dry-run -> true.
+// This one ended (exited, killed), was signalled as asked, or is a dry run.
+bool kill_done(const KillOutcome& outcome);
+// Exit status: every one done -> true.
 bool kill_all_done(const std::vector<KillOutcome>& outcomes);
 
 }  // namespace gpumem::monitor

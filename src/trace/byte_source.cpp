@@ -157,11 +157,12 @@ namespace {
 
 // Whether a stream that starts with `head` can be a trace: gzip's magic bytes, or text whose first
 // character after white space opens the JSON header line. -1 while `head` is too short to tell.
+constexpr std::size_t kHeadBytes = 65536;  // white space beyond this before the header: not a trace
 int starts_like_trace(std::string_view head) {
   if (!head.empty() && static_cast<unsigned char>(head[0]) == 0x1f)
     return head.size() < 2 ? -1 : static_cast<unsigned char>(head[1]) == 0x8b;
   const std::size_t first = head.find_first_not_of(" \t\r\n");
-  if (first == std::string_view::npos) return head.size() < 65536 ? -1 : 0;
+  if (first == std::string_view::npos) return head.size() < kHeadBytes ? -1 : 0;
   return head[first] == '{';
 }
 
@@ -186,7 +187,7 @@ int spool(int in, const std::string& path) {
     }
     if (got == 0) return out;
     if (verdict < 0) {
-      head.append(buffer.data(), std::min(std::size_t(got), 65536 - std::min<std::size_t>(head.size(), 65536)));
+      head.append(buffer.data(), std::min(std::size_t(got), kHeadBytes - head.size()));
       verdict = starts_like_trace(head);
       if (verdict == 0) {
         ::close(out);

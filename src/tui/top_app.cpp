@@ -191,6 +191,13 @@ int run_top(const TopOptions& o) {
     if (out.empty() && view.cursor < static_cast<int>(rows.size())) out.push_back(rows[view.cursor]);
     return out;
   };
+  // A process has a row per GPU it uses; actions and their confirmation go by process.
+  auto one_per_pid = [](const std::vector<const ProcRow*>& rows) {
+    std::vector<const ProcRow*> out;
+    for (const ProcRow* r : rows)
+      if (std::none_of(out.begin(), out.end(), [r](const ProcRow* o) { return o->pid == r->pid; })) out.push_back(r);
+    return out;
+  };
   auto confirm = [&](const char* verb, std::function<std::string(const std::vector<const ProcRow*>&)> act) {
     if (o.readonly) {
       overlay.message = "read-only: actions are off (started with --readonly)";
@@ -201,13 +208,8 @@ int run_top(const TopOptions& o) {
       overlay.message = "no process under the cursor";
       return;
     }
-    std::string who;  // each process once, though it has a row per GPU it uses (the actions go by PID)
-    std::vector<int> named;
-    for (const ProcRow* r : t) {
-      if (std::find(named.begin(), named.end(), r->pid) != named.end()) continue;
-      named.push_back(r->pid);
-      who += (who.empty() ? "" : ", ") + describe(*r);
-    }
+    std::string who;
+    for (const ProcRow* r : one_per_pid(t)) who += (who.empty() ? "" : ", ") + describe(*r);
     prompt.mode = Mode::kConfirm;
     prompt.input.clear();  // what an earlier prompt left would read as a typed answer
     prompt.question = std::string(verb) + " " + who + "? [y/N]";
@@ -219,10 +221,9 @@ int run_top(const TopOptions& o) {
       return act(ptrs);
     };
   };
-  auto pids_of = [](const std::vector<const ProcRow*>& rows) {
+  auto pids_of = [one_per_pid](const std::vector<const ProcRow*>& rows) {
     std::vector<int> pids;
-    for (const ProcRow* r : rows)
-      if (std::find(pids.begin(), pids.end(), r->pid) == pids.end()) pids.push_back(r->pid);
+    for (const ProcRow* r : one_per_pid(rows)) pids.push_back(r->pid);
     return pids;
   };
 

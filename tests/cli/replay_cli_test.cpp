@@ -212,11 +212,8 @@ TEST_F(ReplayCli, PipesReplayLikeFilesAndJunkIsRefusedAtOnce) {
       } while (endless && written < (std::size_t(256) << 20));
       ::close(out);
     });
-    flags.insert(flags.begin(), "/dev/stdin");
-    const Outcome r = run_gpumem([&] {
-      flags.insert(flags.begin(), "replay");
-      return flags;
-    }(), 0, fds[0]);
+    flags.insert(flags.begin(), {"replay", "/dev/stdin"});
+    const Outcome r = run_gpumem(flags, 0, fds[0]);
     writer.join();
     return std::make_pair(r, written);
   };
