@@ -70,6 +70,13 @@ void* Allocator::allocate_after_releasing_cache(std::size_t bytes, StreamId stre
       failure = e.what();
     }
   }
+  // Free bytes the other arena of this stream's pool holds beside live blocks (which keep their pages
+  // from being lent or given back): under a limit a serving workload's small pool can run out while the
+  // large one holds tens of MiB in such part-pages.
+  {
+    std::lock_guard lock(pool.lock());
+    if (Block* b = pool.allocate_in_other_arena(bytes)) return reinterpret_cast<void*>(b->addr);
+  }
   // The last resort, as PyTorch's: a free block of a MemPool created with use_on_oom.
   if (Block* b = d.privates.take_from_oom_pools(stream, [&](StreamPool& pool) -> Block* {
         try {

@@ -110,6 +110,7 @@ Region& Arena::new_region(std::size_t min_bytes) {
     r->base = backend_.reserve(va);
   }
   r->size = va;
+  r->small = small_;
   regions_.push_back(std::move(r));
   return *regions_.back();
 }
@@ -227,6 +228,7 @@ Block* Arena::grow_plain(std::size_t size) {
   r->base = base;
   r->size = r->top = segment;
   r->plain = true;
+  r->small = small_;
   regions_.push_back(std::move(r));
   return append_new(*regions_.back(), base, segment, BlockState::free);
 }

@@ -39,6 +39,7 @@ struct Region {
   std::size_t size = 0;
   std::size_t top = 0;  // bytes from base that are mapped or holes; VMM regions only
   bool plain = false;
+  bool small = false;  // a small pool's arena (its blocks may be large requests: see StreamPool)
   Block* first = nullptr;
   Block* last = nullptr;
 };

@@ -6,6 +6,9 @@
 namespace gpumem::engine {
 namespace {
 constexpr std::size_t kRound = 512;
+// The arena a block lies in. b->small says which pool's statistics count it (its request's size, as
+// PyTorch's): the two differ only for a block placed in the other arena at the edge of out-of-memory.
+bool in_small_arena(const Block* b) noexcept { return b->region->small; }
 }
 
 StreamPool::StreamPool(Backend& backend, PhysicalMemory& physical, const AllocatorConfig& config, StreamId stream,
@@ -36,20 +39,22 @@ void PoolLock::unlock() noexcept {
 
 Block* StreamPool::allocate(std::size_t request) { return allocate(request, true); }
 Block* StreamPool::allocate_cached(std::size_t request) { return allocate(request, false); }
+Block* StreamPool::allocate_in_other_arena(std::size_t request) { return allocate(request, false, true); }
 
-Block* StreamPool::allocate(std::size_t request, bool may_grow) {
+Block* StreamPool::allocate(std::size_t request, bool may_grow, bool other_arena) {
   std::size_t size = (request + kRound - 1) / kRound * kRound;
-  Arena& arena = request <= kSmallRequestLimit ? small_ : large_;
+  Arena& arena = (request <= kSmallRequestLimit) != other_arena ? small_ : large_;
   if (!pending_.empty() && !capturing()) process_pending(false);
   Block* b = parked_;
   bool counted = false;  // taken back from a lazy park: its statistics still count it
-  if (b && b->size == size && b->small == arena.small_pool()) {
+  if (b && b->size == size && in_small_arena(b) == arena.small_pool() &&
+      b->small == (request <= kSmallRequestLimit)) {
     parked_ = nullptr;
     b->state = BlockState::allocated;
     counted = std::exchange(parked_lazily_, false);
     if (!counted) {
-      stats_.inactive_split.decrease(b->small ? 0 : 1, 1);
-      stats_.inactive_split_bytes.decrease(b->small ? 0 : 1, std::int64_t(b->size));
+      stats_.inactive_split.decrease(arena.small_pool() ? 0 : 1, 1);
+      stats_.inactive_split_bytes.decrease(arena.small_pool() ? 0 : 1, std::int64_t(b->size));
     }
   } else {
     flush_parked();
@@ -57,10 +62,10 @@ Block* StreamPool::allocate(std::size_t request, bool may_grow) {
     if (!b && !may_grow) return nullptr;
     if (!b) b = arena.grow(size);
     b = arena.take(b, size);
-    refresh_inactive_split(b->small);
+    refresh_inactive_split(arena.small_pool());
   }
   b->requested = request;
-  b->small = arena.small_pool();
+  b->small = request <= kSmallRequestLimit;
   try {
     live_.insert(b->addr, b);
   } catch (...) {
@@ -74,8 +79,8 @@ Block* StreamPool::allocate(std::size_t request, bool may_grow) {
     // difference in what was asked; the inactive split it was in between may have made a peak.
     const int k = b->small ? 0 : 1;
     const auto bytes = std::int64_t(b->size);
-    stats_.inactive_split.visit(k, 1);
-    stats_.inactive_split_bytes.visit(k, bytes);
+    stats_.inactive_split.visit(arena.small_pool() ? 0 : 1, 1);
+    stats_.inactive_split_bytes.visit(arena.small_pool() ? 0 : 1, bytes);
     stats_.allocation.count_again(k, 1);
     stats_.allocated_bytes.count_again(k, bytes);
     stats_.active.count_again(k, 1);
@@ -215,8 +220,8 @@ void StreamPool::return_block(Block* b) noexcept {
   delete b->other_streams;
   b->other_streams = nullptr;
   parked_ = b;
-  stats_.inactive_split.increase(b->small ? 0 : 1, 1);
-  stats_.inactive_split_bytes.increase(b->small ? 0 : 1, std::int64_t(b->size));
+  stats_.inactive_split.increase(in_small_arena(b) ? 0 : 1, 1);
+  stats_.inactive_split_bytes.increase(in_small_arena(b) ? 0 : 1, std::int64_t(b->size));
 }
 
 void StreamPool::park_lazily(Block* b) noexcept {
@@ -237,7 +242,7 @@ void StreamPool::uncount(Block* b) noexcept {
 
 void StreamPool::unpark_counts(Block* b) noexcept {
   // As an eager park and its return would have: freed, and in and out of the inactive split.
-  const int k = b->small ? 0 : 1;
+  const int k = in_small_arena(b) ? 0 : 1;
   uncount(b);
   stats_.inactive_split.visit(k, 1);
   stats_.inactive_split_bytes.visit(k, std::int64_t(b->size));
@@ -246,7 +251,7 @@ void StreamPool::unpark_counts(Block* b) noexcept {
 void StreamPool::settle_parked() noexcept {
   if (!parked_lazily_) return;
   parked_lazily_ = false;
-  const int k = parked_->small ? 0 : 1;
+  const int k = in_small_arena(parked_) ? 0 : 1;
   uncount(parked_);
   stats_.inactive_split.increase(k, 1);
   stats_.inactive_split_bytes.increase(k, std::int64_t(parked_->size));
@@ -254,7 +259,7 @@ void StreamPool::settle_parked() noexcept {
 
 void StreamPool::return_parked() noexcept {
   Block* b = parked_;
-  bool small = b->small;
+  bool small = in_small_arena(b);
   const int k = small ? 0 : 1;
   if (std::exchange(parked_lazily_, false)) {
     unpark_counts(b);
@@ -359,7 +364,7 @@ void StreamPool::account_active(Block* b, bool active) noexcept {
 
 void StreamPool::refresh_inactive_split(bool small) noexcept {
   const Arena& touched = small ? small_ : large_;
-  bool parked_here = parked_ && parked_->small == small;
+  bool parked_here = parked_ && in_small_arena(parked_) == small;
   stats_.inactive_split.set(small ? 0 : 1, std::int64_t(touched.free_blocks() + parked_here));
   stats_.inactive_split_bytes.set(small ? 0 : 1,
                                   std::int64_t(touched.free_bytes() + (parked_here ? parked_->size : 0)));

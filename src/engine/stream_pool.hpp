@@ -49,6 +49,10 @@ class StreamPool {
   Block* allocate(std::size_t request);  // throws OutOfMemoryError
   // A cached free block only, never growth: nullptr when none fits (MemPool(use_on_oom=True) fallback).
   Block* allocate_cached(std::size_t request);
+  // The last resort before out-of-memory: a free block of the arena this size does not go to (a small
+  // request in the free part of a large pool's page that live blocks keep, a large one in free small
+  // pages), never growth; nullptr when none fits. Its statistics count it by its size, as any other.
+  Block* allocate_in_other_arena(std::size_t request);
   // Returns false if ptr is not live in this pool.
   bool deallocate(DevicePtr ptr, StreamId free_stream) noexcept;
   Block* find_live(DevicePtr ptr) const noexcept { return live_.find(ptr); }
@@ -105,7 +109,7 @@ class StreamPool {
     bool deferred;    // freed during a capture: its events are recorded once no capture is underway
   };
   bool capturing() const noexcept { return captures_.load(std::memory_order_relaxed) != 0; }
-  Block* allocate(std::size_t request, bool may_grow);
+  Block* allocate(std::size_t request, bool may_grow, bool other_arena = false);
   void record_deferred_events(Pending& p) noexcept;
   void account(Block* b, bool allocated) noexcept;
   void account_active(Block* b, bool active) noexcept;

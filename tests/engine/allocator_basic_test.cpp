@@ -116,6 +116,33 @@ TEST(AllocatorBasic, LimitIsEnforcedAfterReleasingTheCache) {
   a.check_invariants();
 }
 
+TEST(AllocatorBasic, AtTheLimitARequestTakesFreeBytesOfTheOtherPool) {
+  Allocator a(sim());
+  a.set_limit(4 * kMiB);  // two granules: one for each pool
+  void* large = a.allocate(1536 * 1024, 0);  // the large pool's page, 512 KiB of it free beside it
+  std::vector<void*> smalls;
+  for (int i = 0; i < 4; ++i) smalls.push_back(a.allocate(512 * 1024, 0));  // the small pool's page, full
+  ASSERT_EQ(a.stats().reserved_bytes[kAggregatePool].current, std::int64_t(4 * kMiB));
+  // No page is free anywhere and none may be made: the small request goes where the large pool keeps
+  // 512 KiB beside a live block, instead of failing.
+  void* extra = a.allocate(512 * 1024, 0);
+  EXPECT_EQ(a.stats().allocation[kSmallPool].current, 5) << "counted by its size, as PyTorch counts";
+  EXPECT_EQ(a.stats().inactive_split[kLargePool].current, 0) << "the large pool's free part-page is taken";
+  EXPECT_EQ(a.stats().num_ooms, 0);
+  a.check_invariants();
+  // And a large request fits in the small pool's page when three of its blocks are freed.
+  a.deallocate(extra, 0);
+  for (int i = 0; i < 3; ++i) a.deallocate(smalls[i], 0);
+  void* big = a.allocate(1200 * 1024, 0);
+  EXPECT_EQ(a.stats().allocation[kLargePool].current, 2);
+  EXPECT_EQ(a.stats().reserved_bytes[kAggregatePool].peak, std::int64_t(4 * kMiB));
+  EXPECT_THROW(a.allocate(1200 * 1024, 0), OutOfMemoryError) << "no room anywhere: still an out-of-memory";
+  a.check_invariants();
+  for (void* p : {big, smalls[3], large}) a.deallocate(p, 0);
+  a.check_invariants();
+  EXPECT_EQ(a.stats().allocated_bytes[kAggregatePool].current, 0);
+}
+
 TEST(AllocatorBasic, SummaryHasPyTorchLayout) {
   Allocator a(sim());
   void* p = a.allocate(3 * kMiB, 0);
