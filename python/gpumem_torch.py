@@ -147,12 +147,15 @@ def _check(rc):
 
 
 _WORD_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1
-_INT_MAX = (1 << 31) - 1
+_MAX_DEVICE = 63  # gpumem/memory.hpp's kMaxDevices - 1
 
 
 def _in_range(value, low, high, what):
-    """value as an int from low to high: ctypes would wrap anything else into another number silently."""
-    n = int(value)
+    """value as an int from low to high: ctypes would wrap anything else into another number silently, and
+    int() would truncate 1.5 or read True as 1."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise ValueError(f"gpumem: {what} must be an integer, got {value!r}")
+    n = value.__index__()
     if not low <= n <= high:
         raise ValueError(f"gpumem: {what} must be from {low} to {high}, got {n}")
     return n
@@ -174,12 +177,20 @@ def _device(device):
         if _installed and torch is not None and torch.cuda.is_initialized():
             return torch.cuda.current_device()
         return -1
-    if isinstance(device, int):
-        return _in_range(device, -1, _INT_MAX, "device")
-    if isinstance(device, str):
-        return _device(int(device.split(":", 1)[1])) if ":" in device else _device(None)
-    index = getattr(device, "index", None)
-    return _device(None) if index is None else _device(int(index))
+    kind = device if isinstance(device, str) else getattr(device, "type", None)
+    if kind is None:
+        return _in_range(device, -1, _MAX_DEVICE, "device")
+    kind, _, index = str(kind).partition(":")
+    if kind != "cuda":
+        raise ValueError(f"gpumem: {device!r} is not a CUDA device")
+    if not isinstance(device, str):
+        index = getattr(device, "index", None)
+    if index is None or index == "":
+        return _device(None)
+    try:
+        return _in_range(int(index), 0, _MAX_DEVICE, "device")
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"gpumem: device {device!r}: {e}") from None
 
 
 def _text(fn, device):

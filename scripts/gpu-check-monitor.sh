@@ -99,7 +99,7 @@ echo "== gpumem: $BIN"; ldd "$BIN" | grep -E "not found" && FAILS=$((FAILS+1))
 nvidia-smi --version | head -3
 
 echo "== 1. query vs nvidia-smi --query-gpu"
-for fmt in csv csv,noheader,nounits; do
+for fmt in csv csv,nounits csv,noheader,nounits; do
   nvidia-smi --query-gpu=$FIELDS --format=$fmt > "$OUTDIR/smi.$fmt.raw"
   "$BIN" query --query-gpu=$FIELDS --format=$fmt > "$OUTDIR/gpumem.$fmt.raw"
   mask < "$OUTDIR/smi.$fmt.raw" > "$OUTDIR/smi.$fmt"

@@ -47,10 +47,10 @@ Registry& registry() {
 thread_local int tls_current_device = 0;
 
 int resolve(int device) {
-  if (device < 0) device = tls_current_device;
-  if (device >= kMaxDevices)
-    throw Error("gpumem: device index " + std::to_string(device) + " is out of range (at most " +
-                std::to_string(kMaxDevices - 1) + ")");
+  if (device == -1) device = tls_current_device;  // -1 alone means the current device (gpumem.h)
+  if (device < 0 || device >= kMaxDevices)
+    throw Error("gpumem: device index " + std::to_string(device) + " is out of range (0.." +
+                std::to_string(kMaxDevices - 1) + ", or -1 for the current device)");
   return device;
 }
 
@@ -205,8 +205,8 @@ Allocator& default_allocator(int device) {
 }
 
 Allocator* find_default_allocator(int device) noexcept {
-  if (device < 0) device = tls_current_device;
-  if (device >= kMaxDevices) return nullptr;
+  if (device == -1) device = tls_current_device;
+  if (device < 0 || device >= kMaxDevices) return nullptr;
   return existing(device);
 }
 

@@ -34,6 +34,7 @@ constexpr const char* kControlExitHelp =
     "     in use is already over it)\n";
 
 struct ControlArgs {
+  std::string command;  // stats, clear, ...: names its error sentences
   int pid = 0;
   bool all = false, json = false;
   std::string amount;  // limit: SIZE or FRACTION
@@ -55,16 +56,11 @@ std::vector<int> targets(const ControlArgs& a) {
   return pids;
 }
 
-int fail(const control::ControlError& e) {
-  std::fprintf(stderr, "gpumem: %s.\n", e.what());
-  return kExitFailure;
-}
-
-// A single-process command that failed: its sentence, or with --json the same entry stats and clear give
-// an unreachable process (scripts read stdout either way).
+// A command that failed on a process: its sentence, or with --json the same entry stats and clear give an
+// unreachable process (scripts read stdout either way).
 int fail(const ControlArgs& a, const control::ControlError& e) {
-  if (!a.json) return fail(e);
-  print_json(nlohmann::ordered_json{{"pid", a.pid}, {"error", e.what()}});
+  if (a.json) print_json(nlohmann::ordered_json{{"pid", a.pid}, {"error", e.what()}});
+  else std::fprintf(stderr, "gpumem %s: %s.\n", a.command.c_str(), e.what());
   return kExitFailure;
 }
 
@@ -97,13 +93,13 @@ int for_each_target(const ControlArgs& a, const std::function<nlohmann::ordered_
     } catch (const control::ControlError& e) {
       ++failures;
       if (a.json) out.push_back({{"pid", pid}, {"error", e.what()}});
-      else fail(e);
+      else fail(a, e);
     }
   }
   if (a.json) print_json(out);
   else if (pids.empty())  // --all with nobody to ask: say so rather than print nothing
-    std::fprintf(stderr, "gpumem: no gpumem process of %s is running (none has a control socket).\n",
-                 geteuid() == 0 ? "any user" : "this user");
+    std::fprintf(stderr, "gpumem %s: no gpumem process of %s is running (none has a control socket).\n",
+                 a.command.c_str(), geteuid() == 0 ? "any user" : "this user");
   if (failures == 0) return kExitOk;
   return a.all && failures < int(pids.size()) ? kExitPartial : kExitFailure;
 }
@@ -216,6 +212,7 @@ int run_stop(const ControlArgs& a) {
 CommandRunner setup(CLI::App& sub, int (*run)(const ControlArgs&), bool allow_all,
                     void (*extra)(CLI::App&, ControlArgs&) = nullptr) {
   auto a = std::make_shared<ControlArgs>();
+  a->command = sub.get_name();
   sub.footer(kControlExitHelp);
   auto* pid = sub.add_option("pid", a->pid, "process id of a program running on gpumem")->check(pid_validator());
   if (allow_all) sub.add_flag("--all", a->all, "every gpumem process of this user (root: of everyone)");
@@ -243,7 +240,7 @@ GPUMEM_REGISTER_COMMAND(reset, "reset", "reset the peak statistics of a running 
 GPUMEM_REGISTER_COMMAND(limit, "limit", "change a running gpumem process's memory limit (SIZE or FRACTION)", 63,
                         [](CLI::App& sub) {
                           return setup(sub, run_limit, false, [](CLI::App& s, ControlArgs& a) {
-                            s.add_option("amount", a.amount, "bytes (12GiB, 512MiB; 0 removes the limit) or a "
+                            s.add_option("amount", a.amount, "bytes (12GiB, 512MiB; 0 or none removes the limit) or a "
                                                               "fraction of the device (0.5)")->required();
                             s.add_option("--device", a.device, "device index in that process (default 0)")
                                 ->check(device_index_validator());

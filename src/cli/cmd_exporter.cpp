@@ -123,9 +123,11 @@ GPUMEM_REGISTER_COMMAND(
       sub.add_option("--interval", o->interval, "seconds between background samples (default 1)");
       auto* once = sub.add_flag("--once", o->once, "print one sample's /metrics to stdout and exit (no server)");
       // Served, the format follows each scrape's Accept header; the flag would be silently ignored there.
-      sub.add_flag("--openmetrics", o->openmetrics, "with --once: OpenMetrics instead of the Prometheus text format")
-          ->needs(once);
-      sub.add_flag("--json", o->json, "with --once: the sample as JSON; serving: print the bound address as one JSON line");
+      auto* openmetrics =
+          sub.add_flag("--openmetrics", o->openmetrics, "with --once: OpenMetrics instead of the Prometheus text format")
+              ->needs(once);
+      sub.add_flag("--json", o->json, "with --once: the sample as JSON; serving: print the bound address as one JSON line")
+          ->excludes(openmetrics);  // two output formats at once: one would be silently dropped
       return [o] { return run_monitor_command("exporter", [&] { return run_exporter(*o); }); };
     });
 

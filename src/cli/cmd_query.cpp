@@ -55,7 +55,7 @@ int run_query(const QueryOptions& o, CLI::App& sub) {
   // `--query-gpu= --format=csv`: the empty value let the next option be read as the field list.
   for (const std::string* fields : {&o.gpu_fields, &o.app_fields})
     if (fields->rfind("--", 0) == 0)
-      throw monitor::UsageError("the field list is empty (it took '" + *fields + "' for one): give --query-gpu=FIELDS or --query-compute-apps=FIELDS.");
+      throw monitor::UsageError("the field list is empty: give --query-gpu=FIELDS or --query-compute-apps=FIELDS.");
   if (o.gpu_fields.empty() == o.app_fields.empty())
     throw monitor::UsageError("give exactly one of --query-gpu=FIELDS or --query-compute-apps=FIELDS.");
   monitor::QueryRequest req = o.app_fields.empty() ? monitor::parse_gpu_fields(o.gpu_fields)

@@ -181,7 +181,9 @@ bool accept_ending(const ReplayArgs& args, const TraceInfo& t) {
 }
 
 // The sim device models at most this much memory: beyond it sizes stop being realistic and sums overflow.
-constexpr std::uint64_t kMaxReplayCapacity = std::uint64_t(1) << 50;
+// The sim tracks a device's pages one by one: one 1 PiB allocation took 24 GB of host memory before the
+// kernel killed the replay; 16 TiB (over 50 times the largest GPU's memory) stays under 1 GB.
+constexpr std::uint64_t kMaxReplayCapacity = std::uint64_t(16) << 40;
 
 // --min-capacity (the device) or --min-limit (gpumem's limit on an unbounded device): JSON keys min_capacity*
 // or min_limit*.
@@ -310,11 +312,11 @@ bool parse_size_option(const CLI::Option* option, const std::string& text, std::
   }
 }
 
-int run_replay(const ReplayArgs& args) {
+int run_replay(ReplayArgs args) {  // a copy: "-" becomes /dev/stdin
   std::uint64_t page = trace::kDefaultReplayPage, capacity = trace::kDefaultReplayCapacity, limit = 0;
   if (!parse_size_option(args.page_option, args.page, page) ||
       !parse_size_option(args.capacity_option, args.capacity, capacity) ||
-      !parse_size_option(args.limit_option, args.limit, limit))
+      !(args.limit == "none" || parse_size_option(args.limit_option, args.limit, limit)))  // none: as run's
     return kExitUsage;
   if (page < 4096 || page > (std::uint64_t(1) << 30) || (page & (page - 1)) != 0) {
     std::fprintf(stderr, "gpumem replay: --page must be a power of two from 4 KiB to 1 GiB, e.g. 2MiB or 16MiB\n");
@@ -322,10 +324,10 @@ int run_replay(const ReplayArgs& args) {
   }
   const std::uint64_t granule = std::min(page, trace::kReplayGranule);
   if (capacity > kMaxReplayCapacity) {
-    std::fprintf(stderr, "gpumem replay: --capacity must be at most 1 PiB\n");
+    std::fprintf(stderr, "gpumem replay: --capacity must be at most 16 TiB (the simulated device's pages take host memory)\n");
     return kExitUsage;
   }
-  if (args.limit_option->count() && (limit < granule || limit > capacity)) {
+  if (args.limit_option->count() && args.limit != "none" && (limit < granule || limit > capacity)) {
     std::fprintf(stderr, "gpumem replay: --limit must be at least one granule (%s) and at most the capacity (%s)\n",
                  format_bytes(granule).c_str(), format_bytes(capacity).c_str());
     return kExitUsage;
@@ -340,6 +342,7 @@ int run_replay(const ReplayArgs& args) {
     return kExitUsage;
   }
   limit = std::min(limit, capacity);
+  if (args.path == "-") args.path = "/dev/stdin";  // read as any pipe is
   TraceInfo t;
   try {
     return args.min_capacity || args.min_limit ? find_min_capacity(args, t, page) : replay_once(args, t, capacity, page, limit);
@@ -358,14 +361,14 @@ int run_replay(const ReplayArgs& args) {
 
 CommandRunner setup_replay(CLI::App& sub) {
   auto args = std::make_shared<ReplayArgs>();
-  sub.add_option("trace", args->path, "gpumem-trace file (JSON lines, plain or gzip)")->required();
+  sub.add_option("trace", args->path, "gpumem-trace file (JSON lines, plain or gzip; - reads stdin)")->required();
   auto* cap = args->capacity_option = sub.add_option("--capacity", args->capacity,
                              "Physical memory of the simulated device, e.g. 16GiB, 1.5GB, 512MiB or bytes, "
-                             "in whole 2 MiB granules (default 1TiB: effectively unbounded). An allocation that fails even after the "
+                             "in whole 2 MiB granules (default 1TiB: effectively unbounded; at most 16TiB). An allocation that fails even after the "
                              "allocator released its cache is reported and the exit status is 3.");
   auto* limit = args->limit_option = sub.add_option("--limit", args->limit,
                              "gpumem's own cap on reserved bytes, as `gpumem run --limit` sets it (the device keeps "
-                             "--capacity): an allocation beyond it fails, and the exit status is 3");
+                             "--capacity): an allocation beyond it fails, and the exit status is 3; none (the default) for no limit");
   args->page_option = sub.add_option("--page", args->page,
                  "Large page of the simulated device: past the first 128 of them reserved, growth for requests "
                  "of 8 or more of them is made of such pages, the rest of 2 MiB granules, as the CUDA backend does "

@@ -101,8 +101,9 @@ int run_main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return finish("", app.exit(e));
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "gpumem: %s\n", e.what());
-    std::fprintf(stderr, "Run 'gpumem --help' for usage.\n");
+    const std::string command = known ? std::string(" ") + argv[1] : "";  // named by its command, with its help
+    std::fprintf(stderr, "gpumem%s: %s\n", command.c_str(), e.what());
+    std::fprintf(stderr, "Run 'gpumem%s --help' for usage.\n", command.c_str());
     return kExitUsage;
   }
   for (auto& [sub, run] : cli.runners) {

@@ -381,7 +381,14 @@ void StreamPool::reset_accumulated() noexcept {
 }
 
 std::size_t StreamPool::largest_free() const noexcept {
-  return std::max(small_.largest_free(), large_.largest_free());
+  std::size_t best = std::max(small_.largest_free(), large_.largest_free());
+  if (parked_) {  // free: returned to its arena it merges with the free blocks beside it (never read early)
+    std::size_t merged = parked_->size;
+    for (const Block* n : {parked_->prev, parked_->next})
+      if (n && n->state == BlockState::free) merged += n->size;
+    best = std::max(best, merged);
+  }
+  return best;
 }
 
 void StreamPool::check_invariants() const {

@@ -283,13 +283,15 @@ QueryRequest parse_fields(const std::string& list, const std::vector<QueryField>
   return req;
 }
 
-std::string header_line(const QueryRequest& req, const QueryFormat& fmt) {
+// The units stay in the header with nounits, which strips them from the values only (nvidia-smi 580 on an
+// H200: `memory.used [MiB]` over `0`).
+std::string header_line(const QueryRequest& req) {
   std::string line;
   for (size_t i = 0; i < req.fields.size(); ++i) {
     const QueryField* f = req.fields[i].field;
     if (i) line += ", ";
     line += f->name;
-    if (fmt.units && f->unit) line += std::string(" [") + f->unit + "]";
+    if (f->unit) line += std::string(" [") + f->unit + "]";
   }
   return line + "\n";
 }
@@ -356,7 +358,7 @@ std::string render_query(const nvml::Nvml& nvml, const std::vector<GpuRef>& gpus
   const std::string ts = timestamp_now();
   std::string out;
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
-  if (!fmt.json && with_header && fmt.header) out += header_line(req, fmt);
+  if (!fmt.json && with_header && fmt.header) out += header_line(req);
   auto emit = [&](const std::vector<std::pair<const QueryField*, Cell>>& row) {
     if (fmt.json) {
       nlohmann::ordered_json obj = nlohmann::ordered_json::object();

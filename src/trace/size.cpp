@@ -112,6 +112,7 @@ LimitAmount parse_limit_amount(std::string_view text) {
   while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
   while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
   LimitAmount a;
+  if (text == "none") return a;  // no limit, as run's --limit none
   const bool fraction_shaped = !text.empty() && text.find_first_not_of("0123456789.") == std::string_view::npos &&
                                text.find('.') != std::string_view::npos;
   if (fraction_shaped) {
@@ -121,12 +122,12 @@ LimitAmount parse_limit_amount(std::string_view text) {
     if (end != s.c_str() + s.size() || !(a.share > 0 && a.share <= 1))
       throw std::invalid_argument("a fraction of the device is a number in (0, 1], not '" + s + "'");
     if (a.share < kMinFraction)  // as parse_fraction: a later allocator would refuse it on every allocation
-      throw std::invalid_argument("fraction " + s + " is below 0.0001, less than a page of any GPU; 0 removes the limit");
+      throw std::invalid_argument("fraction " + s + " is below 0.0001, less than a page of any GPU; 0 or none removes the limit");
     a.fraction = true;
     return a;
   }
   a.bytes = parse_size(text);
-  if (a.bytes != 0) check_limit_bytes(a.bytes, text, "0 removes the limit");
+  if (a.bytes != 0) check_limit_bytes(a.bytes, text, "0 or none removes the limit");
   return a;
 }
 

@@ -217,6 +217,7 @@ struct TraceReader::Impl {
           break;
         }
         if (!complete) problem = "the last line is incomplete (truncated file?): " + problem;
+        else problem = misplaced_line(line).value_or(problem);
         fail(problem);
       }
       event.line = static_cast<std::uint32_t>(lines->line());
@@ -241,13 +242,29 @@ struct TraceReader::Impl {
     info.truncation = why;
   }
 
+  // A header or an end record where an event belongs says so, not which event field it lacks.
+  std::optional<std::string> misplaced_line(std::string_view text) const {
+    if (text.find("\"format\"") == std::string_view::npos && text.find("\"end\"") == std::string_view::npos)
+      return std::nullopt;
+    const auto json = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+    if (json.is_discarded() || !json.is_object() || json.contains("op")) return std::nullopt;
+    if (json.contains("format"))
+      return std::string("a second header: two traces joined into one (cat a.gz b.gz)? Replay each on its own");
+    if (json.contains("end"))
+      return info.version < 2 ? std::string("an end record in a version 1 trace (only version 2 traces end with one)")
+                              : std::string("an end record needs \"end\": true and the count of events");
+    return std::nullopt;
+  }
+
   // {"end": true, "events": N}: the last line of a version 2 trace; N must be the events read.
   bool end_record(std::string_view text) {
     if (text.find("\"end\"") == std::string_view::npos) return false;
     const auto json = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
     if (json.is_discarded() || !json.is_object() || !json.contains("end") || json["end"] != true) return false;
-    const auto& events = json.contains("events") ? json["events"] : nlohmann::json();
-    if (!events.is_number_unsigned() || events.get<std::uint64_t>() != info.summary.events)
+    if (!json.contains("events") || !json["events"].is_number_unsigned())
+      fail("the end record has no count of events (\"events\": " + std::to_string(info.summary.events) + " here)");
+    const auto& events = json["events"];
+    if (events.get<std::uint64_t>() != info.summary.events)
       fail("the end record counts " + events.dump() + " events, but the trace has " + std::to_string(info.summary.events));
     ended = true;
     return true;

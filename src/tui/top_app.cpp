@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <future>
+#include <sstream>
 #include <thread>
 #include <langinfo.h>
 
@@ -45,6 +46,9 @@ extern "C" void on_crash(int sig) {
 // The terminal's modes as the shell left them: read before initscr() changes them.
 void save_terminal_modes() { g_have_termios = tcgetattr(STDIN_FILENO, &g_saved_termios) == 0; }
 
+// Signals that end top without its own clean exit (Ctrl-C and SIGTERM have one).
+constexpr int kRestoreSignals[] = {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGQUIT, SIGHUP};
+
 // The handler runs on a stack of its own: a crash by stack overflow must give the terminal back too.
 alignas(16) char g_crash_stack[64 * 1024];
 
@@ -65,7 +69,8 @@ void prepare_crash_restore() {
   sa.sa_handler = on_crash;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_ONSTACK;
-  for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGFPE}) sigaction(sig, &sa, nullptr);
+  // Ctrl-\ and a hang-up end top as a crash does (128+N), and must give the terminal back as well.
+  for (int sig : kRestoreSignals) sigaction(sig, &sa, nullptr);
   monitor::before_forced_exit(restore_terminal);  // a second Ctrl-C, or a sample stuck in NVML
 }
 
@@ -87,7 +92,7 @@ struct CursesSession {
       std::fputs(cnorm, stdout);
       std::fflush(stdout);
     }
-    for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGFPE}) signal(sig, SIG_DFL);
+    for (int sig : kRestoreSignals) signal(sig, SIG_DFL);
   }
 };
 
@@ -270,7 +275,8 @@ int run_top(const TopOptions& o) {
     if (prompt.mode == Mode::kInput) {
       if (ch == '\n' || ch == KEY_ENTER) {
         prompt.mode = Mode::kNormal;
-        overlay.message = prompt.action(prompt.input);
+        auto act = std::move(prompt.action);  // it may set up the next prompt (a confirmation)
+        overlay.message = act(prompt.input);
       } else if (ch == 27) {
         prompt.mode = Mode::kNormal;
         overlay.message = "cancelled";
@@ -284,7 +290,7 @@ int run_top(const TopOptions& o) {
     overlay.message.clear();
     switch (ch) {
       case 'q': case 'Q':
-        // Leaving ends an action underway (a kill's SIGKILL after 5 s would never be sent): say so once.
+        // Leaving ends an action underway (a kill's SIGKILL after the timeout would never be sent): say so once.
         if (busy() && !quit_asked) {
           overlay.message = "an action is still running: q again to quit without waiting for it";
           quit_asked = true;
@@ -330,13 +336,15 @@ int run_top(const TopOptions& o) {
           return u.empty() ? std::string("showing every user") : "showing " + u + "'s processes";
         };
         break;
-      case 'k':
-        confirm("Kill (TERM, then KILL after 5 s)", [pids_of](const std::vector<const ProcRow*>& rows) {
-          monitor::KillOptions ko;
-          ko.timeout_s = 5.0;
-          return monitor::render_kill(monitor::kill_processes(pids_of(rows), ko));
+      case 'k': {
+        // As `gpumem kill` with its defaults (the same timeout before SIGKILL).
+        std::ostringstream verb;
+        verb << "Kill (TERM, then KILL after " << monitor::KillOptions{}.timeout_s << " s)";
+        confirm(verb.str().c_str(), [pids_of](const std::vector<const ProcRow*>& rows) {
+          return monitor::render_kill(monitor::kill_processes(pids_of(rows), monitor::KillOptions{}));
         });
         break;
+      }
       case 'c':
         confirm("Clear the allocator cache of", [pids_of](const std::vector<const ProcRow*>& rows) {
           return for_each_pid(pids_of(rows), [](int pid) {
@@ -366,16 +374,22 @@ int run_top(const TopOptions& o) {
         prompt.mode = Mode::kInput;
         prompt.question = "limit for " + std::to_string(t.size()) + " process(es) (e.g. 8GiB or 0.5; Esc cancels): ";
         prompt.input.clear();
-        prompt.action = [t, &running, &busy](const std::string& text) {
-          if (busy()) return std::string(kBusy);
+        // The value first, then a y/N confirmation as for every action.
+        prompt.action = [t, &prompt](const std::string& text) {
           LimitAmount amount;
           try {
             amount = parse_limit_amount(text);
           } catch (const std::exception& e) {
             return std::string("limit not set: ") + e.what();
           }
-          running = start_action([t, amount] { return limit_action(t, amount); });
-          return std::string("working...");
+          std::string who;
+          for (auto [pid, device] : t)
+            who += (who.empty() ? "" : ", ") + std::to_string(pid) + " (GPU " + std::to_string(device) + ")";
+          prompt.question = "Set the limit of " + who + " to " + text + "? [y/N]";  // text is prompt.input
+          prompt.mode = Mode::kConfirm;
+          prompt.input.clear();
+          prompt.action = [t, amount](const std::string&) { return limit_action(t, amount); };
+          return std::string();
         };
         break;
       }

@@ -159,6 +159,11 @@ TEST(CApi, CurrentDeviceIsPerThread) {
   EXPECT_EQ(gpumem_set_current_device(-3), GPUMEM_E_INVALID);
   EXPECT_EQ(gpumem_set_current_device(1000), GPUMEM_E_INVALID);
   EXPECT_EQ(gpumem_set_current_device(0), GPUMEM_OK);
+  // Only -1 means the current device: -2 is a mistake, not device 0.
+  EXPECT_EQ(gpumem_allocate(512, -2, nullptr, &p), GPUMEM_E_INVALID);
+  EXPECT_NE(std::string(gpumem_last_error()).find("-1 for the current device"), std::string::npos) << gpumem_last_error();
+  EXPECT_EQ(gpumem_pool_incref(-3, 1, 2), GPUMEM_E_INVALID);
+  EXPECT_EQ(gpumem_memory_allocated(0), 0u);
 }
 
 TEST(DefaultAllocators, TorchNamedQueriesNeverStartABackend) {

@@ -212,7 +212,7 @@ TEST_F(ReplayCli, PipesReplayLikeFilesAndJunkIsRefusedAtOnce) {
       } while (endless && written < (std::size_t(256) << 20));
       ::close(out);
     });
-    flags.insert(flags.begin(), {"replay", "/dev/stdin"});
+    flags.insert(flags.begin(), "replay");
     const Outcome r = run_gpumem(flags, 0, fds[0]);
     writer.join();
     return std::make_pair(r, written);
@@ -220,11 +220,16 @@ TEST_F(ReplayCli, PipesReplayLikeFilesAndJunkIsRefusedAtOnce) {
   const std::string path = write("peak.jsonl", trace_text({{"alloc", 1, 3 * MiB}, {"alloc", 2, 4 * MiB}, {"free", 2, 4 * MiB}}));
   const Outcome from_file = gpumem({path, "--peak-breakdown", "--json"});
   ASSERT_EQ(from_file.status, 0) << from_file.err;
-  const auto [piped, bytes] = through_pipe(slurp(path), false, {"--peak-breakdown", "--json"});
+  const auto [piped, bytes] = through_pipe(slurp(path), false, {"/dev/stdin", "--peak-breakdown", "--json"});
   ASSERT_EQ(piped.status, 0) << piped.err;
   EXPECT_EQ(nlohmann::json::parse(piped.out)["peak_breakdown"], nlohmann::json::parse(from_file.out)["peak_breakdown"]);
+  // `-` names stdin, as `gpumem snapshot -o -` names stdout.
+  const auto [dash, dash_bytes] = through_pipe(slurp(path), false, {"-", "--json"});
+  ASSERT_EQ(dash.status, 0) << dash.err;
+  EXPECT_EQ(dash_bytes, bytes);
+  EXPECT_EQ(nlohmann::json::parse(dash.out)["peak_reserved"], nlohmann::json::parse(from_file.out)["peak_reserved"]);
   for (const std::string& junk : {std::string(8, '\0'), std::string("y\n"), std::string("\x1f\x1f\x1f\x1f"), std::string("   \n\n  ")}) {
-    const auto [r, sent] = through_pipe(junk, true, {"--json"});
+    const auto [r, sent] = through_pipe(junk, true, {"/dev/stdin", "--json"});
     EXPECT_EQ(r.status, 2) << r.err;
     EXPECT_NE(r.err.find("not a gpumem-trace file"), std::string::npos) << r.err;
     EXPECT_LT(sent, std::size_t(256) << 20);  // stopped reading early, not at the writer's end
@@ -292,6 +297,7 @@ TEST_F(ReplayCli, CapacityOomReportsTheEventAndExitsThree) {
   EXPECT_EQ(g.status, 0) << g.err;
   EXPECT_EQ(nlohmann::json::parse(g.out)["capacity"], 18 * MiB);
   EXPECT_EQ(gpumem({path, "--capacity", "1MiB"}).status, 2);
+  EXPECT_EQ(gpumem({path, "--capacity", "16MiB", "--limit", "none"}).status, 0);  // as run's --limit none
 }
 
 TEST_F(ReplayCli, LimitIsGpumemsCapOnAnUnboundedDevice) {
@@ -454,7 +460,8 @@ TEST_F(ReplayCli, OptionEdgesAreUsageErrorsAndHugeRequestsAreOutOfMemory) {
 
   const std::vector<std::vector<std::string>> usage = {
       {"--page", "2TiB"}, {"--page", "3MiB"}, {"--page", ""}, {"--capacity", ""}, {"--capacity", "18446744073709551615"},
-      {"--capacity", "1MiB"} /* below a granule */};
+      {"--capacity", "1MiB"} /* below a granule */,
+      {"--capacity", "17TiB"} /* its pages would take tens of GB of host memory */};
   for (auto args : usage) {
     const std::string shown = args[0] + " [" + args[1] + "]";
     args.push_back(huge);

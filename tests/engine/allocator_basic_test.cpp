@@ -143,6 +143,21 @@ TEST(AllocatorBasic, AtTheLimitARequestTakesFreeBytesOfTheOtherPool) {
   EXPECT_EQ(a.stats().allocated_bytes[kAggregatePool].current, 0);
 }
 
+TEST(AllocatorBasic, TheLastFreedBlockCountsAsFree) {
+  // The block freed last waits uncoalesced for the next call (a fast path); it is free all the same.
+  Allocator a(sim());
+  void* keep = a.allocate(100 * kMiB, 0);
+  void* last = a.allocate(50 * kMiB, 0);
+  const std::size_t before = a.largest_free_block();
+  a.deallocate(last, 0);
+  EXPECT_GE(a.largest_free_block(), 50 * kMiB);
+  EXPECT_GE(a.largest_free_block(), before + 50 * kMiB) << "merged with the free bytes after it";
+  EXPECT_EQ(a.allocate(50 * kMiB, 0), last) << "reading it changes nothing";
+  a.deallocate(last, 0);
+  a.deallocate(keep, 0);
+  a.check_invariants();
+}
+
 TEST(AllocatorBasic, SummaryHasPyTorchLayout) {
   Allocator a(sim());
   void* p = a.allocate(3 * kMiB, 0);

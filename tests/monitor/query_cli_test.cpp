@@ -51,6 +51,14 @@ TEST(QueryCli, CsvNoHeaderNoUnitsSelectedGpus) {
   expect_golden("query_csv_noheader_nounits.txt", mask_timestamps(r.out));
 }
 
+// nounits strips the units from the values only: nvidia-smi keeps them in the header (580, H200).
+TEST(QueryCli, NoUnitsKeepsTheUnitsInTheHeader) {
+  auto r = run_ok({"query", "--query-gpu=index,memory.used,power.draw", "--format=csv,nounits", "-i", "0"},
+                  fake_env("two_gpus.txt"));
+  EXPECT_EQ(r.out.substr(0, r.out.find('\n')), "index, memory.used [MiB], power.draw [W]") << r.out;
+  EXPECT_EQ(r.out.find("MiB", r.out.find('\n')), std::string::npos) << r.out;
+}
+
 TEST(QueryCli, Json) {
   auto r = run_ok({"query", std::string("--query-gpu=") + kAllFields, "--format=json"}, fake_env("two_gpus.txt"));
   expect_golden("query_json.txt", mask_timestamps(r.out));

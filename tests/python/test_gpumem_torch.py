@@ -76,7 +76,11 @@ class CtypesLayer(unittest.TestCase):
         for call in (lambda: gt.allocate(2**64 + 5, device=4), lambda: gt.allocate(-1, device=4),
                      lambda: gt.set_limit(2**64 + (2 << 20), device=4), lambda: gt.set_limit(-1, device=4),
                      lambda: gt.deallocate(2**70, device=4), lambda: gt.memory_allocated(2**40),
-                     lambda: gt.memory_allocated(-2), lambda: gt.allocate(512, device="cuda:4294967297")):
+                     lambda: gt.memory_allocated(-2), lambda: gt.allocate(512, device="cuda:4294967297"),
+                     # and what int() would have taken: a fraction, a bool, a CPU device, a device past 63
+                     lambda: gt.allocate(1.5, device=4), lambda: gt.allocate(512, device=True),
+                     lambda: gt.allocate(512, device="cpu"), lambda: gt.memory_allocated(64),
+                     lambda: gt.allocate(512, device="cuda:x")):
             with self.assertRaises(ValueError):
                 call()
         self.assertEqual(gt.memory_allocated(4), before)

@@ -49,6 +49,8 @@ TEST(ParseLimitAmount, FractionsHaveAPointSizesAUnitOrAreWhole) {
   EXPECT_FALSE(parse_limit_amount("8GiB").fraction);
   EXPECT_EQ(parse_limit_amount("8GiB").bytes, 8ull << 30);
   EXPECT_EQ(parse_limit_amount("0").bytes, 0u);  // no limit
+  EXPECT_EQ(parse_limit_amount("none").bytes, 0u);  // spelled as run's --limit none
+  EXPECT_FALSE(parse_limit_amount("none").fraction);
   for (const char* bad : {"1", "1.5", "0.0", "0.00001", "0.5B", "2MB", "16777215TiB", "half", ""})
     EXPECT_THROW(parse_limit_amount(bad), std::invalid_argument) << bad;
 }

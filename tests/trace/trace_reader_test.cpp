@@ -213,7 +213,11 @@ TEST(TraceReader, AVersion2TraceWithoutItsEndRecordEndsEarly) {
   EXPECT_FALSE(t.truncated);
   expect_error(v2 + "\n" + body + "{\"end\": true, \"events\": 3}\n", 4, "the end record counts 3 events, but the trace has 2");
   expect_error(v2 + "\n" + body + "{\"end\": true, \"events\": 2}\n" + ev("alloc", 4096, 1) + "\n", 5, "after the end record");
-  expect_error(kHeader + "\n" + body + "{\"end\": true, \"events\": 2}\n", 4, "missing field");  // not in version 1
+  expect_error(kHeader + "\n" + body + "{\"end\": true, \"events\": 2}\n", 4, "an end record in a version 1 trace");
+  expect_error(v2 + "\n" + body + "{\"end\": true}\n", 4, "the end record has no count of events (\"events\": 2 here)");
+  expect_error(v2 + "\n" + body + "{\"end\": false, \"events\": 2}\n", 4, "an end record needs \"end\": true");
+  // Two traces joined (cat a.gz b.gz): the second header is named as such.
+  expect_error(kHeader + "\n" + body + kHeader + "\n" + body, 4, "a second header: two traces joined");
 }
 
 TEST(TraceReader, CorruptGzipIsAnError) {

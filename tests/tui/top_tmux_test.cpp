@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstring>
 
 #include <fstream>
 #include <regex>
@@ -13,6 +16,9 @@
 #include "monitor/run_gpumem.hpp"
 #include "nvml/fake_nvml_env.hpp"
 #include "tui/tmux_session.hpp"
+#ifdef CONTROL_TARGET
+#include "control/target_process.hpp"
+#endif
 
 using namespace gpumem::testing;
 
@@ -75,8 +81,9 @@ struct Fixture {
   }
   // gpumem runs in an inner shell that execs it (its PID lands in `pidfile`); the outer one prints the
   // exit status and stays, so the terminal's state after gpumem can be read.
-  std::string command(const std::string& args) const {
-    return "trap \"\" INT; sh -c \"echo \\$\\$ > " + pidfile + "; exec env GPUMEM_NVML_LIBRARY=" + fake_nvml_path() +
+  // env: more NAME=VALUE settings for gpumem (the tmux server does not pass this process's environment).
+  std::string command(const std::string& args, const std::string& env = "") const {
+    return "trap \"\" INT; sh -c \"echo \\$\\$ > " + pidfile + "; exec env " + env + " GPUMEM_NVML_LIBRARY=" + fake_nvml_path() +
            " GPUMEM_FAKE_NVML_SCENARIO=" + scenario + " GPUMEM_DEV_DIR=/nonexistent TERM=tmux-256color LANG=C.UTF-8 " +
            gpumem_binary() + " top " + args + "\"; echo EXIT=$?; stty -a | tr \" ;\" \"\\n\\n\" | grep -x -e -icanon -e -echo; sleep 60";
   }
@@ -226,6 +233,35 @@ TEST(TopTmux, AProcessOnTwoGpusIsNamedOnceInTheConfirmation) {
   EXPECT_EQ(t.wait_exit(), 0);
 }
 
+#ifdef CONTROL_TARGET
+// A limit is typed, then confirmed with y (N cancels), as every action; it reaches the real process.
+TEST(TopTmux, LimitKeyAsksTheValueThenConfirms) {
+  gpumem::control::test_support::ControlDir dir;
+  gpumem::control::test_support::Target target({});
+  // The target uses the most GPU memory, so the cursor starts on it.
+  Fixture f("toplimit", 1, "proc gpu=0 pid=" + std::to_string(target.pid()) + " used_mib=30000\n");
+  TmuxSession t("limit", 120, 30, f.command("", "GPUMEM_CONTROL_DIR=" + dir.path));
+  ASSERT_TRUE(t.wait_for("q quit")) << t.capture();
+  const auto limit = [&] {
+    const std::string out = shell(gpumem_binary() + " stats " + std::to_string(target.pid()) + " --json");
+    return nlohmann::json::parse(out)[0]["devices"][0].value("limit_bytes", std::int64_t(-1));
+  };
+  ASSERT_TRUE(t.wait_for("ALLOC")) << t.capture();
+  for (const char* answer : {"n", "y"}) {
+    t.keys("l");
+    ASSERT_TRUE(t.wait_for("limit for 1 process")) << t.capture();
+    t.keys("2GiB Enter");
+    ASSERT_TRUE(t.wait_for("Set the limit of " + std::to_string(target.pid()) + " (GPU 0) to 2GiB? [y/N]")) << t.capture();
+    EXPECT_EQ(limit(), 0) << "not before the answer";
+    t.keys(answer);
+    ASSERT_TRUE(t.wait_for(*answer == 'n' ? "cancelled" : "limit 2.0G")) << t.capture();
+  }
+  EXPECT_EQ(limit(), std::int64_t(2) << 30);
+  t.keys("q");
+  EXPECT_EQ(t.wait_exit(), 0);
+}
+#endif
+
 TEST(TopTmux, ReadonlyRefusesActions) {
   Fixture f("topro", 1);
   TmuxSession t("ro", 80, 24, f.command("--readonly"));
@@ -274,16 +310,21 @@ TEST(TopTmux, GpuThatStopsAnsweringKeepsTheScreenLive) {
   EXPECT_TRUE(t.terminal_restored());
 }
 
-TEST(TopTmux, CrashSignalRestoresTheTerminal) {
-  Fixture f("topcrash", 1);
-  TmuxSession t("crash", 80, 24, f.command(""));
-  ASSERT_TRUE(t.wait_for("q quit")) << t.capture();
-  kill(f.top_pid(), SIGSEGV);
-  EXPECT_EQ(t.wait_exit(), 128 + SIGSEGV);
-  EXPECT_TRUE(t.terminal_restored());
-  // The shell's line modes too (saved before curses changed them): the pane lists any still off.
-  EXPECT_EQ(t.settled("EXIT=").find("-icanon"), std::string::npos) << t.capture();
-  EXPECT_EQ(t.capture().find("-echo"), std::string::npos) << t.capture();
+// A crash, Ctrl-\ (SIGQUIT) and a hang-up end top with 128+N and give the terminal back.
+TEST(TopTmux, CrashQuitAndHangUpSignalsRestoreTheTerminal) {
+  for (int sig : {SIGSEGV, SIGQUIT, SIGHUP}) {
+    SCOPED_TRACE(strsignal(sig));
+    const std::string name = "crash" + std::to_string(sig);
+    Fixture f("top" + name, 1);
+    TmuxSession t(name, 80, 24, f.command(""));
+    ASSERT_TRUE(t.wait_for("q quit")) << t.capture();
+    kill(f.top_pid(), sig);
+    EXPECT_EQ(t.wait_exit(), 128 + sig);
+    EXPECT_TRUE(t.terminal_restored());
+    // The shell's line modes too (saved before curses changed them): the pane lists any still off.
+    EXPECT_EQ(t.settled("EXIT=").find("-icanon"), std::string::npos) << t.capture();
+    EXPECT_EQ(t.capture().find("-echo"), std::string::npos) << t.capture();
+  }
 }
 
 // A second Ctrl-C ends top at once (a sample stuck in NVML would keep it otherwise): the terminal too is
