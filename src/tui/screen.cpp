@@ -3,6 +3,7 @@
 #include <curses.h>
 
 #include <algorithm>
+#include <iterator>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -96,16 +97,29 @@ void sparkline(int y, int x, int width, const std::deque<float>& h, const Screen
   }
 }
 
-std::string gpu_info_line(const monitor::GpuSample& g) {
-  char buf[256];
+// The GPU's readings that fit `width`: on a narrow screen the clocks go first, then the P-state, memory
+// bandwidth and power (a reading is dropped whole, never cut mid-word).
+std::string gpu_info_line(const monitor::GpuSample& g, int width) {
   std::string power = g.power_mw ? std::to_string((*g.power_mw + 500) / 1000) + "W" : "-W";
   if (g.power_limit_mw) power.append("/").append(std::to_string(*g.power_limit_mw / 1000)).append("W");
   const std::string pstate = g.pstate ? std::string("P").append(std::to_string(*g.pstate)) : std::string("P?");
-  std::snprintf(buf, sizeof buf, " %s  SM %s  MEM-BW %s  %s  %s  clk %s/%s MHz", num(g.temperature, "C").c_str(),
-                num(g.util_gpu, "%").c_str(), num(g.util_memory, "%").c_str(), power.c_str(),
-                pstate.c_str(), num(g.clock_sm_mhz, "").c_str(),
-                num(g.clock_memory_mhz, "").c_str());
-  return buf;
+  const std::string parts[] = {num(g.temperature, "C"), "SM " + num(g.util_gpu, "%"), "MEM-BW " + num(g.util_memory, "%"),
+                               power, pstate,
+                               "clk " + num(g.clock_sm_mhz, "") + "/" + num(g.clock_memory_mhz, "") + " MHz"};
+  static constexpr int kDropOrder[] = {5, 4, 2, 3};  // indexes into parts, first dropped first
+  bool shown[std::size(parts)];
+  std::fill(std::begin(shown), std::end(shown), true);
+  auto line = [&] {
+    std::string out;
+    for (std::size_t i = 0; i < std::size(parts); ++i)
+      if (shown[i]) out += (out.empty() ? " " : "  ") + parts[i];
+    return out;
+  };
+  for (int drop : kDropOrder) {
+    if (int(line().size()) <= width) break;
+    shown[drop] = false;
+  }
+  return line();
 }
 
 std::string title_time() {
@@ -168,7 +182,7 @@ void draw(const TopData& d, ViewState& view, const ScreenStyle& st, const Overla
     std::string mem = mib_text(g.memory_used) + "/" + mib_text(g.memory_total);
     if (two_lines) {
       put(y, 0, label, W, A_BOLD);
-      put(y, std::min<int>(W, label.size()), gpu_info_line(g), W - label.size());
+      put(y, std::min<int>(W, label.size()), gpu_info_line(g, W - int(label.size())), W - label.size());
       ++y;
       int bar = std::max(10, W - 44);
       memory_bar(y, 2, bar, g, d, st);

@@ -351,6 +351,21 @@ TEST(TopTmux, AbsurdMemoryReadingsShowWithoutACrash) {
   EXPECT_EQ(t.wait_exit(), 0) << t.capture();
 }
 
+// A narrow screen drops whole readings from the GPU line (clocks first), never cuts one mid-word.
+TEST(TopTmux, NarrowScreensDropWholeReadingsFromTheGpuLine) {
+  Fixture f("topnarrow", 1);
+  TmuxSession t("narrow", 66, 24, f.command(""));
+  ASSERT_TRUE(t.wait_for("SM 97%")) << t.capture();
+  const std::string screen = t.capture();
+  std::string line = screen.substr(screen.find("0 NVIDIA"));
+  line = line.substr(0, line.find('\n'));
+  while (!line.empty() && line.back() == ' ') line.pop_back();
+  EXPECT_EQ(line.find("clk"), std::string::npos) << line;
+  EXPECT_EQ(line.substr(line.size() - 13), "412W/700W  P0") << line;  // the clocks went whole
+  t.keys("q");
+  EXPECT_EQ(t.wait_exit(), 0);
+}
+
 TEST(TopTmux, WithoutTerminalOneSentenceAndExit2) {
   Fixture f("topnotty", 1);
   auto r = run_gpumem({"top"}, {{"GPUMEM_NVML_LIBRARY", fake_nvml_path()}, {"GPUMEM_FAKE_NVML_SCENARIO", f.scenario}});
