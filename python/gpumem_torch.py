@@ -509,6 +509,7 @@ def _run_setup():
         return
     import atexit
     state = {"oom": False}
+    owner = os.getpid()
     previous_hook = sys.excepthook
 
     def excepthook(kind, value, tb):
@@ -517,12 +518,15 @@ def _run_setup():
         previous_hook(kind, value, tb)
 
     def write_report():
+        if os.getpid() != owner:
+            return  # a forked child: its counts are its parent's (and CUDA is unusable after fork)
         devices = {}
         torch = sys.modules.get("torch")
         if _installed and torch is not None and torch.cuda.is_initialized():
             for d in range(torch.cuda.device_count()):
                 stats = memory_stats(d)
-                if stats.get("segment.all.allocated", 0) or stats.get("allocation.all.allocated", 0):
+                if stats.get("segment.all.allocated", 0) or stats.get("allocation.all.allocated", 0) or \
+                        stats.get("num_ooms", 0):  # a first request that failed still counts
                     device = {k: stats.get(key, 0) for k, key in _REPORT_KEYS.items()}
                     # What the page-by-page growth cost the program's threads (gpumem's own thread's
                     # pages made ahead not included): the price of the memory saved (README).

@@ -19,6 +19,8 @@ inline constexpr double kMinFraction = 1e-4;
 // A size (parse_size) or "none" (returns 0). 0 itself, anything below kMinLimitBytes and above
 // kMaxLimitBytes are refused.
 std::uint64_t parse_limit(std::string_view text);
+// "none" in any case: the spelling of no limit wherever a limit is read.
+bool means_no_limit(std::string_view text) noexcept;
 // A plain decimal number in [kMinFraction, 1].
 double parse_fraction(std::string_view text);
 

@@ -14,6 +14,7 @@
 #include "cli/command.hpp"
 #include "cli/exit_codes.hpp"
 #include "cli/output.hpp"
+#include "gpumem/limits.hpp"
 #include "gpumem/printable.hpp"
 #include "gpumem/replay.hpp"
 #include "gpumem/trace.hpp"
@@ -316,7 +317,7 @@ int run_replay(ReplayArgs args) {  // a copy: "-" becomes /dev/stdin
   std::uint64_t page = trace::kDefaultReplayPage, capacity = trace::kDefaultReplayCapacity, limit = 0;
   if (!parse_size_option(args.page_option, args.page, page) ||
       !parse_size_option(args.capacity_option, args.capacity, capacity) ||
-      !(args.limit == "none" || parse_size_option(args.limit_option, args.limit, limit)))  // none: as run's
+      !(means_no_limit(args.limit) || parse_size_option(args.limit_option, args.limit, limit)))  // as run's
     return kExitUsage;
   if (page < 4096 || page > (std::uint64_t(1) << 30) || (page & (page - 1)) != 0) {
     std::fprintf(stderr, "gpumem replay: --page must be a power of two from 4 KiB to 1 GiB, e.g. 2MiB or 16MiB\n");
@@ -327,7 +328,7 @@ int run_replay(ReplayArgs args) {  // a copy: "-" becomes /dev/stdin
     std::fprintf(stderr, "gpumem replay: --capacity must be at most 16 TiB (the simulated device's pages take host memory)\n");
     return kExitUsage;
   }
-  if (args.limit_option->count() && args.limit != "none" && (limit < granule || limit > capacity)) {
+  if (args.limit_option->count() && !means_no_limit(args.limit) && (limit < granule || limit > capacity)) {
     std::fprintf(stderr, "gpumem replay: --limit must be at least one granule (%s) and at most the capacity (%s)\n",
                  format_bytes(granule).c_str(), format_bytes(capacity).c_str());
     return kExitUsage;

@@ -121,7 +121,11 @@ int run(const RunOptions& args, int& killed_by) {
     unsetenv("GPUMEM_LIMIT");
   }
   if (!args.backend.empty()) setenv("GPUMEM_BACKEND", args.backend.c_str(), 1);
+  if (const char* tmp = std::getenv("TMPDIR"); tmp && !*tmp) unsetenv("TMPDIR");  // empty means unset, as for mkstemp
   check_run_environment();
+  // Absolute, as --report: the program may change its directory before it writes the trace.
+  if (const char* trace = std::getenv("GPUMEM_TRACE"); trace && *trace)
+    setenv("GPUMEM_TRACE", fs::absolute(trace).c_str(), 1);
   const char* lib_env = std::getenv("GPUMEM_LIBRARY");
   const fs::path library = lib_env && *lib_env ? fs::path(lib_env) : runtime_file("libgpumem.so");
   const fs::path shim = runtime_file("gpumem_torch.py"), site = runtime_file("gpumem_sitecustomize.py");
@@ -163,11 +167,13 @@ int run(const RunOptions& args, int& killed_by) {
 
   // PyTorch's own allocator reads this variable; under gpumem none of it applies (and PyTorch no longer
   // refuses an unknown key there), so a user who tuned it is told once, before the program's output.
-  if (const char* conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF"); conf && *conf && !args.quiet)
-    std::fprintf(stderr,
-                 "gpumem run: PYTORCH_CUDA_ALLOC_CONF='%s' configures PyTorch's own allocator, which gpumem "
-                 "replaces in this program: its settings do not apply (gpumem's caps are --limit and --fraction)\n",
-                 conf);
+  // PYTORCH_ALLOC_CONF is its newer name.
+  for (const char* name : {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"})
+    if (const char* conf = std::getenv(name); conf && *conf && !args.quiet)
+      std::fprintf(stderr,
+                   "gpumem run: %s='%s' configures PyTorch's own allocator, which gpumem replaces in this program: "
+                   "its settings do not apply (gpumem's caps are --limit and --fraction)\n",
+                   name, conf);
 
   const int status = wait_for_child(launch(args.command));
   const int code = exit_code_of(status);
@@ -187,7 +193,9 @@ int run(const RunOptions& args, int& killed_by) {
   }
   bool oom = false;
   for (const auto& r : reports) oom = oom || r.value("oom", false);
-  if (code != 0 && code < 128 && oom) {
+  // Python ends with status 1 on an uncaught exception; any other status is the program's own choice (a
+  // wrapper script that handled the failure), and passes through.
+  if (code == 1 && oom) {
     std::fprintf(stderr, "gpumem run: the program stopped on a gpumem out-of-memory error%s\n",
                  args.limit.empty() && args.fraction.empty() ? "" : " (raise --limit / --fraction)");
     return kExitOutOfMemory;
@@ -230,7 +238,7 @@ CommandRunner setup_run(CLI::App& sub) {
                          "program starts.\nThe program's exit status is passed through; when signal N ended it, gpumem "
                          "ends itself with signal N once it has cleaned up, as the program did (a shell shows "
                          "128+N, 130 for Ctrl-C, and a loop stops), without a core file of its own; 3 when it "
-                         "died of a gpumem OOM; 127 when the program (or its #! interpreter) is not found, 126 when it "
+                         "ended with status 1 on an uncaught gpumem OOM; 127 when the program (or its #! interpreter) is not found, 126 when it "
                          "cannot be run, as a shell says. The program dies with gpumem.\n\n") +
              kExitCodeHelp);
   return [d] {

@@ -14,6 +14,7 @@
 #include "cli/command.hpp"
 #include "cli/exit_codes.hpp"
 #include "cli/output.hpp"
+#include "cli/run_options.hpp"
 
 namespace {
 
@@ -92,8 +93,16 @@ int run_main(int argc, char** argv) {
     std::fprintf(stderr, "gpumem: unknown command '%s' (commands: %s)\n", gpumem::printable(argv[1]).c_str(), names.c_str());
     return kExitUsage;
   }
+  // `gpumem run` reads its words itself (parse_run_options, one sentence per mistake): the parser sees them
+  // only for run's own --help, never the program's words (its own --help, a "--" among its arguments).
+  int parsed_argc = argc;
+  if (known && std::string(argv[1]) == "run") {
+    const auto own = std::vector<std::string>(argv + 2, argv + 2 + run_option_words({argv + 2, argv + argc}));
+    const bool help = std::any_of(own.begin(), own.end(), [](const std::string& w) { return w == "-h" || w == "--help"; });
+    parsed_argc = help ? 2 + int(own.size()) : 2;
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(parsed_argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return finish("", app.exit(e));
   } catch (const CLI::CallForAllHelp& e) {

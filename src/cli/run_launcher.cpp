@@ -59,6 +59,9 @@ std::string resolve_program(const std::string& name) {
 // Why exec of `name` failed with `err`, in one sentence, and the shell's exit code for it.
 LaunchError exec_error(const std::string& name, int err) {
   const std::string head = "cannot run '" + name + "': ";
+  if (name.empty()) return LaunchError("cannot run '': the program's name is empty", 127);
+  std::error_code dir_ec;
+  if (err == EACCES && fs::is_directory(resolve_program(name), dir_ec)) return LaunchError(head + "it is a directory", 126);
   if (err != ENOENT) return LaunchError(head + std::strerror(err), 126);
   const std::string file = resolve_program(name);
   std::error_code ec;
@@ -74,6 +77,10 @@ LaunchError exec_error(const std::string& name, int err) {
     std::string interpreter = line + 2;
     interpreter.erase(0, interpreter.find_first_not_of(" \t"));
     interpreter.erase(std::min(interpreter.find_first_of(" \t\r\n"), interpreter.size()));
+    const std::string rest = line + 2;
+    if (rest.find("\r\n") != std::string::npos && rest.find_first_of(" \t") > rest.find('\r'))
+      return LaunchError(head + "its #! line ends in a carriage return (Windows line endings), so the kernel looks "
+                         "for an interpreter named '" + interpreter + "\\r'; convert the file (dos2unix)", 127);
     return LaunchError(head + "its interpreter " + interpreter + " (on its #! line) does not exist", 127);
   }
   return LaunchError(head + "the file exists but the loader it names (its ELF interpreter) does not", 127);

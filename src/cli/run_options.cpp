@@ -49,11 +49,26 @@ void check_trace_path(const std::string& path) {
 
 }  // namespace
 
+namespace {
+// run's options that take a value (the next word, or after '=').
+constexpr std::pair<const char*, std::string RunOptions::*> kValued[] = {
+    {"--limit", &RunOptions::limit}, {"--fraction", &RunOptions::fraction},
+    {"--backend", &RunOptions::backend}, {"--report", &RunOptions::report}};
+}  // namespace
+
+std::size_t run_option_words(const std::vector<std::string>& words) {
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    const std::string& w = words[i];
+    if (w == "--" || w.empty() || w[0] != '-') return i;
+    for (const auto& [name, field] : kValued)
+      if (w == name) ++i;  // and its value
+  }
+  return words.size();
+}
+
 RunOptions parse_run_options(const std::vector<std::string>& words) {
   RunOptions o;
-  const std::pair<const char*, std::string RunOptions::*> valued[] = {
-      {"--limit", &RunOptions::limit}, {"--fraction", &RunOptions::fraction},
-      {"--backend", &RunOptions::backend}, {"--report", &RunOptions::report}};
+  const auto& valued = kValued;
   std::size_t i = 0;
   for (; i < words.size(); ++i) {
     const std::string& w = words[i];
@@ -94,7 +109,11 @@ RunOptions parse_run_options(const std::vector<std::string>& words) {
     if (!o.limit.empty()) parse_limit(o.limit);
     if (!o.fraction.empty()) parse_fraction(o.fraction);
   } catch (const std::invalid_argument& e) {
-    usage(std::string(o.limit.empty() ? "--fraction: " : "--limit: ") + e.what());
+    // `--limit 0.5`: a share of the device is --fraction's (gpumem limit PID 0.5 takes either).
+    const bool share = !o.limit.empty() && o.limit.find('.') != std::string::npos &&
+                       o.limit.find_first_not_of("0123456789.") == std::string::npos;
+    usage(std::string(o.limit.empty() ? "--fraction: " : "--limit: ") + e.what() +
+          (share ? " (for a share of each GPU's memory use --fraction " + o.limit + ")" : ""));
   }
   if (!o.backend.empty()) check_backend("--backend", o.backend);
   if (!o.report.empty()) check_report_path(o.report);
@@ -123,6 +142,17 @@ void check_run_environment() {
       usage(std::string("TMPDIR=") + tmp + " is not a directory (gpumem run makes its temporary directory there)");
     if (::access(tmp, W_OK | X_OK) != 0)
       usage(std::string("TMPDIR=") + tmp + " is not writable (gpumem run makes its temporary directory there)");
+    // That directory goes on the program's PYTHONPATH, where ':' separates entries: gpumem would not load.
+    if (fs::absolute(tmp, ec).string().find(':') != std::string::npos)
+      usage(std::string("TMPDIR=") + tmp + " has a ':' in its path, which PYTHONPATH cannot hold (gpumem run puts "
+            "its temporary directory there); use a directory without one");
+  }
+  // The host backend's shared capacity file (tests): made on first use, so its directory must exist.
+  if (const char* shared = std::getenv("GPUMEM_HOST_SHARED"); shared && *shared) {
+    const fs::path p(shared);
+    std::error_code ec;
+    if (fs::is_directory(p, ec) || !fs::is_directory(p.has_parent_path() ? p.parent_path() : fs::path("."), ec))
+      usage(std::string("GPUMEM_HOST_SHARED=") + shared + " must name a file in a directory that exists");
   }
   if (const char* lib = std::getenv("GPUMEM_LIBRARY"); lib && *lib) {
     std::error_code ec;

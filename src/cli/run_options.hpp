@@ -26,6 +26,9 @@ struct RunOptions {
 // `words`: everything after "run" on the command line. Options end at "--" or at the first word that
 // does not start with '-'.
 RunOptions parse_run_options(const std::vector<std::string>& words);
+// How many of `words` are run's own options and their values (the program's words follow, after any
+// "--"): what the command-line parser may read, so that the program's own --help stays the program's.
+std::size_t run_option_words(const std::vector<std::string>& words);
 
 // Validates GPUMEM_LIMIT, GPUMEM_FRACTION, GPUMEM_BACKEND, GPUMEM_HOST_CAPACITY, GPUMEM_SIM_CAPACITY,
 // GPUMEM_CUDA_PAGE_MIB, the switches (GPUMEM_MAP_AHEAD, GPUMEM_CONTROL, GPUMEM_COOPERATIVE: 1/0, true/false,

@@ -90,8 +90,16 @@ void check_limit_bytes(std::uint64_t bytes, std::string_view text, const char* n
 }
 }  // namespace
 
+bool means_no_limit(std::string_view text) noexcept {
+  constexpr std::string_view none = "none";
+  if (text.size() != none.size()) return false;
+  for (std::size_t i = 0; i < none.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(text[i])) != none[i]) return false;
+  return true;
+}
+
 std::uint64_t parse_limit(std::string_view text) {
-  if (text == "none") return 0;
+  if (means_no_limit(text)) return 0;
   const std::uint64_t bytes = parse_size(text);
   check_limit_bytes(bytes, text, "write 'none' for no limit");
   return bytes;
@@ -112,7 +120,7 @@ LimitAmount parse_limit_amount(std::string_view text) {
   while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
   while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
   LimitAmount a;
-  if (text == "none") return a;  // no limit, as run's --limit none
+  if (means_no_limit(text)) return a;  // as run's --limit none
   const bool fraction_shaped = !text.empty() && text.find_first_not_of("0123456789.") == std::string_view::npos &&
                                text.find('.') != std::string_view::npos;
   if (fraction_shaped) {

@@ -93,6 +93,9 @@ TEST_F(RunCli, UnknownOrMalformedOptionsAreUsageErrorsBeforeTheProgramRuns) {
     EXPECT_EQ(r.err.rfind("gpumem run: ", 0), 0u) << shown << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << shown << r.err;
   }
+  // A share of the device given to --limit: the message names --fraction.
+  const auto share = run_gpumem(with_marker_program({"--limit", "0.5"}, marker()), {});
+  EXPECT_NE(share.err.find("use --fraction 0.5"), std::string::npos) << share.err;
   // `--report` followed by "--" is a missing value, never a file named "--".
   const auto r = run_gpumem({"run", "--report", "--", "true"}, {});
   EXPECT_EQ(r.status, 2) << r.err;
@@ -147,16 +150,21 @@ TEST_F(RunCli, ExitStatusAndArgumentsPassThroughVerbatim) {
 // A program that cannot be started: 127 when it (or its #! interpreter) is not found, 126 when it cannot
 // be run, as a shell says, with a sentence that names what is missing.
 TEST_F(RunCli, ProgramsThatCannotStartExitAsTheShellSays) {
-  const fs::path script = dir_ / "script.py", plain = dir_ / "plain.py";
+  const fs::path script = dir_ / "script.py", plain = dir_ / "plain.py", crlf = dir_ / "crlf.sh";
   std::ofstream(script) << "#!/nonexistent/python3 -u\nprint(1)\n";
   std::ofstream(plain) << "print(1)\n";
+  std::ofstream(crlf) << "#!/bin/sh\r\necho x\r\n";  // saved with Windows line endings
   fs::permissions(script, fs::perms::owner_all);
+  fs::permissions(crlf, fs::perms::owner_all);
   const std::vector<std::tuple<std::string, int, std::string>> cases = {
       {"/nonexistent/program", 127, "cannot run '/nonexistent/program': no such file"},
       {"gpumem-no-such-program", 127, "cannot run 'gpumem-no-such-program': no such program in PATH"},
       {script.string(), 127, "cannot run '" + script.string() + "': its interpreter /nonexistent/python3 (on its #! line) does not exist"},
       {plain.string(), 126, "cannot run '" + plain.string() + "': Permission denied"},
-      {dir_.string(), 126, "cannot run '" + dir_.string() + "': Permission denied"}};
+      {dir_.string(), 126, "cannot run '" + dir_.string() + "': it is a directory"},
+      {crlf.string(), 127, "cannot run '" + crlf.string() + "': its #! line ends in a carriage return (Windows line "
+                           "endings), so the kernel looks for an interpreter named '/bin/sh\\r'; convert the file (dos2unix)"},
+      {"", 127, "cannot run '': the program's name is empty"}};
   for (const auto& [program, code, said] : cases) {
     const auto r = run_gpumem({"run", "--", program}, {});
     EXPECT_EQ(r.status, code) << program << ": " << r.err;
@@ -184,6 +192,9 @@ TEST_F(RunCli, PytorchAllocatorSettingsAreNamedAsNotApplying) {
                           "allocator, which gpumem replaces in this program: its settings do not apply"),
             std::string::npos) << told.err;
   EXPECT_EQ(std::count(told.err.begin(), told.err.end(), '\n'), 1) << told.err;
+  const auto newer = run_gpumem({"run", "--", "true"}, {{"PYTORCH_ALLOC_CONF", "expandable_segments:True"}});
+  EXPECT_NE(newer.err.find("gpumem run: PYTORCH_ALLOC_CONF='expandable_segments:True' configures"), std::string::npos)
+      << newer.err;  // its newer name
   const auto quiet = run_gpumem({"run", "-q", "--", "true"}, {{"PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync"}});
   EXPECT_EQ(quiet.status, 0);
   EXPECT_EQ(quiet.err, "");
@@ -241,6 +252,39 @@ TEST_F(RunCli, TemporaryDirectoryIsAbsoluteAndABadTmpdirIsNamed) {
     EXPECT_EQ(r.err, "gpumem run: TMPDIR=" + bad + " is not a directory (gpumem run makes its temporary directory there)\n");
     EXPECT_FALSE(fs::exists(marker()));
   }
+  // A ':' would split the directory on the program's PYTHONPATH, and gpumem would silently not load.
+  const fs::path colon = dir_ / "a:b";
+  fs::create_directories(colon);
+  const auto r = run_gpumem(with_marker_program({}, marker()), {{"TMPDIR", colon.string()}});
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("has a ':' in its path, which PYTHONPATH cannot hold"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(marker()));
+  // An empty TMPDIR means unset, as for mkstemp and Python.
+  EXPECT_EQ(run_gpumem({"run", "-q", "--", "true"}, {{"TMPDIR", ""}}).status, 0);
+}
+
+// Without "--", the words after the program are the program's: its own --help, a "--" or "--limit" among
+// its arguments (the parser read them as gpumem's and printed gpumem's help or refused them).
+TEST_F(RunCli, WithoutDoubleDashTheProgramsWordsAreItsOwn) {
+  auto r = run_gpumem({"run", "-q", "sh", "-c", "echo \"$@\"", "sh", "--help", "--", "a", "--limit"}, {});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "--help -- a --limit\n");
+  r = run_gpumem({"run", "--limit", "none", "-q", "sh", "-c", "echo $GPUMEM_LIMIT"}, {});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "none\n");
+  EXPECT_EQ(run_gpumem({"run", "--help"}, {}).status, 0);  // run's own help still works
+}
+
+// GPUMEM_TRACE is made absolute, as --report: the program may change its directory before it writes.
+TEST_F(RunCli, ARelativeTracePathIsMadeAbsolute) {
+  const fs::path seen = dir_ / "seen";
+  const pid_t pid = start({"run", "-q", "--", "sh", "-c", "cd / && echo \"$GPUMEM_TRACE\" > " + seen.string()},
+                          [this] {
+                            if (chdir(dir_.c_str()) != 0) _exit(126);
+                            setenv("GPUMEM_TRACE", "t.jsonl", 1);
+                          });
+  ASSERT_EQ(wait_exit(pid), 0);
+  EXPECT_EQ(slurp(seen.string()), (dir_ / "t.jsonl").string() + "\n");
 }
 
 // python -E / -I ignore PYTHONPATH and -S skips site, so gpumem cannot load into that Python: one warning

@@ -290,20 +290,22 @@ class GpumemRun(unittest.TestCase):
         print("done", len(blocks))
     """
 
-    def run_gpumem(self, *args, program_args=("2", "1")):
+    def run_gpumem(self, *args, program_args=("2", "1"), program=None, shell=None):
+        """`shell`: the program runs inside `sh -c SHELL` ({python} and {prog} filled in)."""
         with tempfile.TemporaryDirectory() as d:
             prog = os.path.join(d, "train.py")
             with open(prog, "w") as f:
-                f.write(textwrap.dedent(self.PROGRAM))
+                f.write(textwrap.dedent(program or self.PROGRAM))
             other = os.path.join(d, "other")
             os.mkdir(other)
             with open(os.path.join(other, "sitecustomize.py"), "w") as f:
                 f.write("import os\nos.environ['OTHER_SITECUSTOMIZE_RAN'] = '1'\n")
             env = dict(os.environ, PYTHONPATH=os.pathsep.join([FAKE_TORCH, other]), **self.ENV)
             report = os.path.join(d, "report.json")
+            command = [sys.executable, prog, *program_args] if shell is None else \
+                ["sh", "-c", shell.format(python=sys.executable, prog=prog)]
             r = subprocess.run([self.GPUMEM, "run", "--backend", self.BACKEND, "--report", report, *args, "--",
-                                sys.executable, prog, *program_args], env=env, capture_output=True, text=True,
-                               timeout=120)
+                                *command], env=env, capture_output=True, text=True, timeout=120)
             with open(report) as f:
                 return r, json.load(f)
 
@@ -326,6 +328,32 @@ class GpumemRun(unittest.TestCase):
         self.assertEqual(r.returncode, 3, r.stderr)
         self.assertIn("CUDA out of memory. Tried to allocate", r.stderr)
         self.assertTrue(any(p["oom"] for p in report))
+
+    def test_a_wrapper_that_handles_the_oom_keeps_its_own_status(self):
+        # Python died of the OOM (status 1, passed on: 3), but a script that handled it chose its own status.
+        r, report = self.run_gpumem("--limit", "16MiB", shell="{python} {prog} 0 20; exit $?")
+        self.assertEqual(r.returncode, 3, r.stderr)
+        r, report = self.run_gpumem("--limit", "16MiB", shell="{python} {prog} 0 20 2>/dev/null; exit 7")
+        self.assertEqual(r.returncode, 7, r.stderr)
+        # The first request failed: the device is in the report all the same, with its OOM.
+        devices = [p["devices"]["0"] for p in report if "0" in p["devices"]]
+        self.assertEqual(len(devices), 1, report)
+        self.assertEqual(devices[0]["num_ooms"], 1, report)
+        self.assertIn("1 OOMs", r.stderr)
+
+    def test_a_forked_child_reports_nothing_of_its_parents(self):
+        r, report = self.run_gpumem(program="""
+            import os, sys, torch, gpumem_torch
+            torch.cuda._lazy_init()
+            p = gpumem_torch.allocate(10 << 20, device=0)
+            if os.fork() == 0:
+                sys.exit(0)  # runs atexit, as a child that returns does
+            os.wait()
+            print("parent done")
+        """)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(sum(1 for p in report if p["devices"]), 1, report)
+        self.assertEqual(r.stderr.count("peak live"), 1, r.stderr)
 
     def test_existing_sitecustomize_still_runs(self):
         with tempfile.TemporaryDirectory() as d:

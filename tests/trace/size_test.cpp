@@ -50,6 +50,9 @@ TEST(ParseLimitAmount, FractionsHaveAPointSizesAUnitOrAreWhole) {
   EXPECT_EQ(parse_limit_amount("8GiB").bytes, 8ull << 30);
   EXPECT_EQ(parse_limit_amount("0").bytes, 0u);  // no limit
   EXPECT_EQ(parse_limit_amount("none").bytes, 0u);  // spelled as run's --limit none
+  EXPECT_EQ(parse_limit_amount("NONE").bytes, 0u);  // in any case, as units
+  EXPECT_EQ(parse_limit("None"), 0u);
+  EXPECT_FALSE(means_no_limit("nonE0"));
   EXPECT_FALSE(parse_limit_amount("none").fraction);
   for (const char* bad : {"1", "1.5", "0.0", "0.00001", "0.5B", "2MB", "16777215TiB", "half", ""})
     EXPECT_THROW(parse_limit_amount(bad), std::invalid_argument) << bad;
