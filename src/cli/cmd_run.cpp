@@ -38,6 +38,20 @@ std::string read_file(const fs::path& path) {
 }
 
 // The JSON reports the program's Python processes wrote at exit (one per process).
+// A report as gpumem_torch writes it: the program shares the directory and may leave anything there.
+bool well_formed_report(const nlohmann::json& j) {
+  if (!j.is_object() || !j.value("pid", nlohmann::json()).is_number_integer()) return false;
+  if (j.contains("oom") && !j["oom"].is_boolean()) return false;
+  const auto devices = j.value("devices", nlohmann::json::object());
+  if (!devices.is_object()) return false;
+  for (const auto& [device, d] : devices.items()) {
+    if (!d.is_object()) return false;
+    for (const auto& [key, value] : d.items())
+      if (!value.is_number_unsigned()) return false;
+  }
+  return true;
+}
+
 nlohmann::json collect_reports(const fs::path& dir) {
   nlohmann::json all = nlohmann::json::array();
   std::error_code ec;
@@ -45,7 +59,8 @@ nlohmann::json collect_reports(const fs::path& dir) {
     const std::string name = entry.path().filename().string();
     if (name.rfind("report-", 0) != 0) continue;
     nlohmann::json j = nlohmann::json::parse(read_file(entry.path()), nullptr, false);
-    if (!j.is_discarded() && j.is_object()) all.push_back(std::move(j));
+    if (!j.is_discarded() && well_formed_report(j)) all.push_back(std::move(j));
+    else std::fprintf(stderr, "gpumem run: %s in its report directory is not a report gpumem wrote: left out\n", name.c_str());
   }
   return all;
 }

@@ -275,6 +275,15 @@ TEST_F(RunCli, WithoutDoubleDashTheProgramsWordsAreItsOwn) {
   EXPECT_EQ(run_gpumem({"run", "--help"}, {}).status, 0);  // run's own help still works
 }
 
+// The report directory is the program's too: anything it leaves there that is not a report is left out with
+// a line, and the program's status stands (a string pid made gpumem exit 1 with a JSON library's error).
+TEST_F(RunCli, AMalformedReportIsLeftOutNotFatal) {
+  const auto r = run_gpumem({"run", "--", "sh", "-c",
+                             "echo '{\"pid\": \"x\", \"devices\": {}}' > \"$GPUMEM_REPORT_DIR/report-1.json\""}, {});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "gpumem run: report-1.json in its report directory is not a report gpumem wrote: left out\n");
+}
+
 // GPUMEM_TRACE is made absolute, as --report: the program may change its directory before it writes.
 TEST_F(RunCli, ARelativeTracePathIsMadeAbsolute) {
   const fs::path seen = dir_ / "seen";
