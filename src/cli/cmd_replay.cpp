@@ -119,9 +119,13 @@ void print_table(const TraceInfo& t, const ReplayResult& r) {
   row("device calls", fmt::format("{} ({} creates, {} maps, {} unmaps)", grouped(r.calls.device_calls()),
                                   grouped(r.calls.creates), grouped(r.calls.maps), grouped(r.calls.unmaps)),
       fmt::format("{} segment allocations", s.recorded_segment_allocs));
-  row("driver calls", fmt::format("{} ({} page creates, {} page maps, {} access-settings) as CUDA would make them",
-                                  grouped(r.calls.driver_calls()), grouped(r.calls.driver_creates),
-                                  grouped(r.calls.driver_maps), grouped(r.calls.access_sets)),
+  // Every kind the total counts, so that the parts add up to it.
+  const std::uint64_t plain = r.calls.plain_allocs + r.calls.plain_frees;
+  row("driver calls",
+      fmt::format("{} ({} page creates, {} page maps, {} unmaps, {} releases, {} access-settings{}) as CUDA would make them",
+                  grouped(r.calls.driver_calls()), grouped(r.calls.driver_creates), grouped(r.calls.driver_maps),
+                  grouped(r.calls.driver_unmaps), grouped(r.calls.driver_releases), grouped(r.calls.access_sets),
+                  plain ? ", " + grouped(plain) + " segment allocations and frees" : std::string()),
       "");
   row("driver time (est.)",
       fmt::format("{:.1f} ms on the program's thread at an H100's per-page costs{}", r.estimated_driver_ms(),
@@ -225,8 +229,8 @@ int find_min_capacity(const ReplayArgs& args, TraceInfo& t, std::uint64_t page) 
     print_json(j);
   } else {
     print_table(t, m.unconstrained);
-    std::printf("  %-22s %s = %.4f x peak live (%zu probes at 2 MiB steps, %.2f s)\n", limit ? "min limit" : "min capacity",
-                bytes(m.capacity).c_str(), m.ratio, m.probes, m.seconds);
+    std::printf("  %-22s %s = %.4f x peak live (%zu probe%s at 2 MiB steps, %.2f s)\n", limit ? "min limit" : "min capacity",
+                bytes(m.capacity).c_str(), m.ratio, m.probes, m.probes == 1 ? "" : "s", m.seconds);
     if (!m.failed_above.empty()) {
       std::string failed;
       for (std::uint64_t c : m.failed_above) failed += (failed.empty() ? "" : ", ") + bytes(c);
