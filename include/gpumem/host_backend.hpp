@@ -28,6 +28,7 @@ struct HostBackendOptions {
   // When set, every HostBackend naming this file (in any process) counts against one capacity, kept in
   // the file as a shared 64-bit counter: a simulated device shared across processes (GPUMEM_HOST_SHARED).
   std::string shared_capacity_file;
+  int device = 0;  // the device index it stands for (events and snapshots name it)
 };
 
 class HostBackend final : public Backend {
@@ -38,6 +39,7 @@ class HostBackend final : public Backend {
   HostBackend& operator=(const HostBackend&) = delete;
 
   const char* name() const noexcept override { return "host"; }
+  int device() const noexcept override { return options_.device; }
   std::string device_name() const override { return "host memory (test device)"; }
   std::size_t granularity() const noexcept override { return options_.granularity; }
   bool supports_virtual_memory() const noexcept override { return true; }

@@ -22,12 +22,14 @@ struct SimBackendOptions {
   // Growth ahead of need as the CUDA backend makes it (Backend::map_ahead), counted only: pages made
   // ahead take capacity while they wait; taken, they are the next chunk's; in the way, they are dropped.
   bool map_ahead = false;
+  int device = 0;  // the device index it stands for (events and snapshots name it)
 };
 
 class SimBackend final : public Backend {
  public:
   explicit SimBackend(SimBackendOptions options = {});
   const char* name() const noexcept override { return "sim"; }
+  int device() const noexcept override { return options_.device; }
   std::string device_name() const override { return "simulated device"; }
   std::size_t granularity() const noexcept override { return options_.granularity; }
   bool supports_virtual_memory() const noexcept override { return options_.virtual_memory; }

@@ -70,7 +70,10 @@ class GPU:
     pstate: Optional[str]
     fan: Optional[int] = None  # percent
     error: Optional[str] = None  # why the GPU could not be read at all ("GPU is lost"); then the rest is None
-    processes: List[Process] = field(default_factory=list)
+    # None, with processes_error saying why ("Not Supported"), when the GPU's process list cannot be read:
+    # not the same as a GPU no process uses.
+    processes: Optional[List[Process]] = field(default_factory=list)
+    processes_error: Optional[str] = None
 
 
 def _sample_from_binary():
@@ -131,7 +134,8 @@ def _gpu(g, with_allocators):
         if values[watts] is not None:
             values[watts] = values[watts] / 1000.0
     procs = [_process(p, g.get("index"), with_allocators) for p in g.get("processes") or []]
-    return GPU(processes=procs, **values)
+    error = g.get("processes_error")
+    return GPU(processes=None if error else procs, processes_error=error, **values)
 
 
 def gpus(with_processes=True, with_allocators=True):
@@ -150,7 +154,16 @@ def processes(with_allocators=False):
 
 
 def watch(interval=1.0, count=None, with_processes=True):
-    """Yields gpus() every interval seconds (count times, or until the caller stops iterating)."""
+    """Yields gpus() every interval seconds (count times, or until the caller stops iterating). A bad
+    interval or count is refused here, at the call, not at the first sample."""
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 < interval < float("inf"):
+        raise ValueError(f"gpumem.watch: interval must be a number of seconds above 0, got {interval!r}")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
+        raise ValueError(f"gpumem.watch: count must be None or a whole number from 0, got {count!r}")
+    return _watch(interval, count, with_processes)
+
+
+def _watch(interval, count, with_processes):
     n = 0
     next_at = time.monotonic()
     while count is None or n < count:

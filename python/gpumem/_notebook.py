@@ -55,7 +55,9 @@ _done: List[TrackRecord] = []
 
 class track:
     """with gpumem.track("epoch 1"): ...  or  @gpumem.track("step"). Prints the block's line on exit
-    (quiet=True: only records it for summary()). device: as torch.cuda takes it (None: the current one)."""
+    (quiet=True: only records it for summary()). device: as torch.cuda takes it (None: the current one).
+    Entering resets torch.cuda's peak counters (the only way to read a peak inside the block): the
+    program's own max_memory_allocated() then covers the time since the block began."""
 
     def __init__(self, label="block", device=None, quiet=False):
         self.label, self.device, self.quiet = label, device, quiet

@@ -12,6 +12,8 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
+#include <functional>
 
 #include "api/env_config.hpp"
 #include "api/registry_internal.hpp"
@@ -37,6 +39,7 @@ struct Registry {
   std::array<std::atomic<Allocator*>, kMaxDevices> allocators{};
   std::array<std::string, kMaxDevices> device_keys;  // written before the allocator is published
   std::array<std::optional<control::PendingLimit>, kMaxDevices> pending_limits;  // gpumem limit before first use
+  std::vector<std::function<void(int, Allocator&)>> listeners;  // on_new_default_allocator
 };
 
 Registry& registry() {
@@ -68,6 +71,7 @@ std::shared_ptr<Backend> backend_from_environment(int device) {
   if (kind == "cuda-plain") return make_cuda_backend(device, CudaMemoryMode::plain);
   if (kind == "host") {
     HostBackendOptions options;
+    options.device = device;
     if (auto capacity = api::env_size("GPUMEM_HOST_CAPACITY")) options.capacity = *capacity;
     if (const char* shared = std::getenv("GPUMEM_HOST_SHARED"); shared && *shared)
       options.shared_capacity_file = shared;
@@ -75,6 +79,7 @@ std::shared_ptr<Backend> backend_from_environment(int device) {
   }
   if (kind == "sim") {
     SimBackendOptions options;
+    options.device = device;
     if (auto capacity = api::env_size("GPUMEM_SIM_CAPACITY")) options.capacity = *capacity;
     return std::make_shared<SimBackend>(options);
   }
@@ -145,6 +150,7 @@ Allocator& create(int device) {
   // meanwhile: under load a whole thread's work was missing from a trace), and again after, for a trace
   // started in between (observers are added once).
   api::trace_attach(device, *raw);
+  for (const auto& listener : r.listeners) listener(device, *raw);
   r.allocators[std::size_t(device)].store(raw, std::memory_order_release);
   api::trace_attach(device, *raw);
   return *raw;
@@ -214,6 +220,12 @@ Allocator* owner_of(const void* ptr) noexcept {
   for (int d = 0; d < kMaxDevices; ++d)
     if (Allocator* a = existing(d); a && a->block_size(ptr) != 0) return a;
   return nullptr;
+}
+
+void on_new_default_allocator(std::function<void(int, Allocator&)> fn) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.listeners.push_back(std::move(fn));
 }
 
 void for_each_default_allocator(const std::function<void(Allocator&)>& fn) {

@@ -50,8 +50,19 @@ void describe_pool(const StreamPool& pool, AllocatorSnapshot& out) {
       region.stream = pool.stream();
       region.small_pool = small;
       region.plain = r.plain;
-      for (const Block* b = r.first; b; b = b->next)
-        region.blocks.push_back(SnapshotBlock{b->addr, b->size, b->requested, state_of(*b)});
+      for (const Block* b = r.first; b; b = b->next) {
+        const SnapshotBlock block{b->addr, b->size, b->requested, state_of(*b)};
+        // The block freed last waits unmerged (a fast path): shown merged with its free neighbours, as it
+        // is once returned and as PyTorch's snapshots show free blocks (never two side by side).
+        SnapshotBlock* last = region.blocks.empty() ? nullptr : &region.blocks.back();
+        if (last && last->state == SnapshotBlockState::free && block.state == SnapshotBlockState::free &&
+            last->addr + last->size == block.addr) {
+          last->size += block.size;
+          last->requested = 0;
+          continue;
+        }
+        region.blocks.push_back(block);
+      }
       out.regions.push_back(std::move(region));
     });
     arena.for_each_mapping([&](DevicePtr va, std::size_t bytes, std::size_t chunk, std::size_t offset) {

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <cstdlib>
 
 #include "api/context_hook.hpp"
@@ -67,6 +68,12 @@ void MemoryHistory::start(const HistoryOptions& options, FrameSource source) {
   frame_source.store(source);
   api::context_hook.store(options.stacks && source ? call_frame_source : nullptr);
   // Outside our mutex: allocating threads hold the allocator's locks and then take ours.
+  static std::once_flag later_devices;  // devices first used after this start are recorded too
+  std::call_once(later_devices, [] {
+    on_new_default_allocator([](int, Allocator& a) {
+      if (process_history().recording()) a.add_observer(process_history_handle());
+    });
+  });
   default_allocator(-1);
   for_each_default_allocator([](Allocator& a) { a.add_observer(process_history_handle()); });
   // `gpumem snapshot PID` from outside then gets this history's trace entries and frames too.

@@ -1,6 +1,7 @@
 // The engine seam: the event stream (gpumem/events.hpp) and Allocator::snapshot().
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -189,6 +190,24 @@ TEST(EngineSnapshot, BlocksAndMappingsDescribeTheAllocator) {
   EXPECT_EQ(by_addr[DevicePtr(freed)].state, SnapshotBlockState::free);
   a.deallocate(small, 0);
   a.deallocate(large, 3);
+}
+
+// The block freed last waits unmerged for the next call; a snapshot shows it merged with its free
+// neighbours (as PyTorch's never shows two free blocks side by side), and the largest free block agrees.
+TEST(EngineSnapshot, NoTwoFreeBlocksSideBySide) {
+  Allocator a(sim());
+  void* p = a.allocate(100, 0);
+  a.deallocate(p, 0);
+  AllocatorSnapshot s = a.snapshot();
+  std::size_t largest = 0;
+  for (const auto& r : s.regions)
+    for (std::size_t i = 0; i < r.blocks.size(); ++i) {
+      if (r.blocks[i].state == SnapshotBlockState::free) largest = std::max(largest, r.blocks[i].size);
+      if (i > 0)
+        EXPECT_FALSE(r.blocks[i].state == SnapshotBlockState::free && r.blocks[i - 1].state == SnapshotBlockState::free)
+            << "free blocks side by side at " << r.blocks[i].addr;
+    }
+  EXPECT_EQ(largest, a.largest_free_block());
 }
 
 TEST(EngineSnapshot, IsConsistentWhileThreadsAllocate) {

@@ -81,12 +81,20 @@ class Monitoring(unittest.TestCase):
         self.assertIsNone(t4.power)
         self.assertIsNone(t4.power_limit)
         self.assertEqual(t4.memory_used, 3 << 20)
+        # A process list that cannot be read is not an idle GPU: None, with the reason.
+        self.assertIsNone(t4.processes)
+        self.assertEqual(t4.processes_error, "Not Supported")
 
     def test_processes_and_watch(self):
         self.assertEqual(sorted(p.pid for p in gpumem.processes()), [4242, 4343])
+        self.assertIsNone(gpumem.gpus()[0].processes_error)
         samples = list(gpumem.watch(0.05, count=3, with_processes=False))
         self.assertEqual(len(samples), 3)
         self.assertTrue(all(s[0].memory_used == 20480 << 20 for s in samples))
+        # Bad arguments are refused at the call, before any sample.
+        for interval, count in ((0, 1), (-1, 1), (float("inf"), 1), ("1", 1), (True, 1), (1, "2"), (1, -1), (1, 1.5)):
+            with self.assertRaises(ValueError, msg=(interval, count)):
+                gpumem.watch(interval, count)
 
     def test_names_that_are_not_utf8_cost_one_character_not_the_sample(self):
         with tempfile.TemporaryDirectory() as d:

@@ -1,6 +1,8 @@
 // The pickle writer (round trip through python3's pickle), the PyTorch snapshot renderer (checked
 // against PyTorch's own snapshot, tests/data/native_snapshot.pickle) and memory history.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <unistd.h>
 
 #include <array>
@@ -97,9 +99,10 @@ TEST(PickleWriter, MisuseIsALogicError) {
 class History : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    set_backend_factory([](int) {
+    set_backend_factory([](int device) {
       HostBackendOptions o;
       o.capacity = std::size_t(256) << 20;
+      o.device = device;
       return std::make_shared<HostBackend>(o);
     });
   }
@@ -143,6 +146,27 @@ TEST_F(History, SnapshotHasPyTorchsKeysTypesAndActions) {
   EXPECT_EQ(gpumem_snapshot_write("/nonexistent-dir/s.pickle"), GPUMEM_E_INTERNAL);
   EXPECT_NE(std::string(gpumem_last_error()).find("/nonexistent-dir/s.pickle"), std::string::npos);
   std::remove(path.c_str());
+}
+
+// Each device's events in its own trace, also for a device first used after the history started (they
+// were recorded nowhere, or under device 0 on the host and sim backends).
+TEST_F(History, EachDeviceHasItsOwnTraceEvenWhenFirstUsedLater) {
+  ASSERT_EQ(gpumem_history_start(1000, 1, 0, nullptr), GPUMEM_OK);
+  void *a = nullptr, *b = nullptr;
+  ASSERT_EQ(gpumem_allocate(5000, 0, nullptr, &a), GPUMEM_OK);
+  ASSERT_EQ(gpumem_allocate(3000000, 5, nullptr, &b), GPUMEM_OK);  // device 5's first allocation
+  TorchSnapshotInput in = process_history().torch_snapshot();
+  ASSERT_EQ(in.traces.size(), 6u);
+  const auto has = [](const std::vector<TraceEntry>& t, EventKind kind, std::size_t size) {
+    return std::any_of(t.begin(), t.end(), [&](const TraceEntry& e) { return e.kind == kind && e.size == size; });
+  };
+  EXPECT_TRUE(has(in.traces[0], EventKind::alloc, 5000));
+  EXPECT_TRUE(has(in.traces[5], EventKind::alloc, 3000000));
+  EXPECT_FALSE(has(in.traces[0], EventKind::alloc, 3000000)) << "device 5's allocation under device 0";
+  gpumem_history_stop();
+  gpumem_history_clear();
+  gpumem_deallocate(a, 0, nullptr);
+  gpumem_deallocate(b, 5, nullptr);
 }
 
 TEST_F(History, MaxEntriesKeepsTheLastEvents) {
