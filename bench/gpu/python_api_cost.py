@@ -194,7 +194,7 @@ def main():
         return 4
     kind, where = _monitor.backend()
     print(f"{len(gpus)} GPU(s): {', '.join(sorted({g.name or '?' for g in gpus}))}; gpumem.gpus() through the {kind} "
-          f"{where}; {sum(len(g.processes) for g in gpus)} process(es) on them")
+          f"{where}; {sum(len(g.processes or []) for g in gpus)} process(es) on them")
     if kind != "library":
         print("FAIL libgpumem_monitor.so was not loaded: gpumem.gpus() runs the binary")
     rows = [measure("gpumem.gpus() in process", gpumem.gpus, gpumem.gpus, N, fresh="gpumem"),
