@@ -175,8 +175,9 @@ struct ReplayArgs {
 // line on stderr; --strict refuses it. True when the replay's figures may be printed.
 bool accept_ending(const ReplayArgs& args, const TraceInfo& t) {
   if (!t.truncated) return true;
-  const std::string what = fmt::format("{}: the trace ends early after {} events: the recording process did not finish it ({})",
-                                       printable(t.path), grouped(t.summary.events), t.truncation);
+  const std::string what = fmt::format("{}: the trace ends early after {} event{}: the recording process did not finish it ({})",
+                                       printable(t.path), grouped(t.summary.events), t.summary.events == 1 ? "" : "s",
+                                       t.truncation);
   if (args.strict) {
     std::fprintf(stderr, "gpumem replay: %s; --strict refuses it\n", what.c_str());
     return false;
