@@ -61,6 +61,35 @@ DevicePtr Arena::start_in(const Block* b, std::size_t size) const noexcept {
   return at + size <= b->end() ? at : 0;
 }
 
+bool Arena::packing() const noexcept {
+  if (!align_blocks_ || !stitching_) return false;  // only a large arena that may remap
+  const std::size_t ceiling = physical_.limit() ? physical_.limit() : device_total_;
+  return ceiling && physical_.reserved() >= ceiling / 2;
+}
+
+std::size_t Arena::stranded(DevicePtr start, DevicePtr end) const noexcept {
+  if (end <= start) return 0;
+  const DevicePtr first = round_up(start, granularity_), last = end / granularity_ * granularity_;
+  return last > first ? (end - start) - (last - first) : end - start;
+}
+
+Block* Arena::find_packed(Block* fit, std::size_t size) const noexcept {
+  const auto added = [&](const Block* b) {
+    return std::int64_t(stranded(b->addr + size, b->end())) - std::int64_t(stranded(b->addr, b->end()));
+  };
+  std::int64_t best = added(fit);
+  if (best <= 0) return fit;
+  constexpr int kLooks = 16;
+  const std::size_t roomy = 2 * size + 2 * granularity_;
+  int looks = 0;
+  free_.for_each_fit(size, [&](Block* b) {
+    if (b->size > roomy || ++looks > kLooks) return true;
+    if (added(b) <= 0) fit = b, best = 0;
+    return best <= 0;
+  });
+  return best <= 0 ? fit : nullptr;
+}
+
 Block* Arena::find_aligned(Block* fit, std::size_t size) const noexcept {
   if (start_in(fit, size)) return fit;
   // Any block this large holds it where start_in puts it (addresses are multiples of kMinBlock).
@@ -139,8 +168,9 @@ Block* Arena::grow_virtual(std::size_t size) {
   const std::size_t demand = mapped_bytes_ - free_.bytes() + size;
   exact_growth_ = demand <= demand_high_;
   demand_high_ = std::max(demand_high_, demand);
-  const HoleFit fit = hole_fit(size);
+  const HoleFit fit = packing() ? HoleFit{} : hole_fit(size);  // see packing()
   std::lock_guard lock(physical_.mutex());
+  if (!fit.hole && packing()) unmap_done_lends();
   lent_unwaited_ = false;
   std::vector<Piece> pieces;
   Block* tail = free_tail(*r);

@@ -53,11 +53,28 @@ class Arena {
   Arena& operator=(const Arena&) = delete;
 
   // A free block that holds `size` bytes, or nullptr: for whole pages, one where they can lie on page
-  // boundaries (see start_in) if there is one, else any that is large enough.
+  // boundaries (see start_in) if there is one, else any that is large enough. While packing (see
+  // packing()), nullptr also when every such block would strand free bytes beside the new one: growing
+  // is to be tried first, and find_fit() when it fails.
   Block* find(std::size_t size) const noexcept {
+    Block* b = find_fit(size);
+    return b && size % granularity_ && packing() ? find_packed(b, size) : b;
+  }
+  // find() without packing: any free block that holds `size` bytes.
+  Block* find_fit(std::size_t size) const noexcept {
     Block* b = free_.find(size);
     return b && align_blocks_ ? find_aligned(b, size) : b;
   }
+  // Packing: past half the ceiling (the limit, else the device's memory) memory is what may run short,
+  // and free bytes left in a page beside a live block can be neither lent nor given back until that
+  // block goes. A request whose size is not whole pages placed at the start of a larger free range
+  // leaves such a part-page behind it (a KV cache grown by torch.cat: one per layer, 1.15-1.26x its live
+  // bytes at the smallest limit it ran under). So then a request takes a free block only where it
+  // strands no more free bytes than are stranded there already; else it grows at the top, packed beside
+  // the block before (whose part-page it takes, see SharePlan) from pages lent by free ranges, and no
+  // hole is filled (a hole's free neighbour would become such a part-page). More map calls, fewer
+  // stranded bytes; below half the ceiling nothing changes.
+  bool packing() const noexcept;
   // Makes room for `size` bytes and returns a free block that holds them (whole pages on page
   // boundaries). Throws OutOfMemoryError.
   Block* grow(std::size_t size);
@@ -208,6 +225,11 @@ class Arena {
   // `addr`, packed: a gap over half the block costs more than the page its alignment saves.
   DevicePtr page_start(DevicePtr addr, std::size_t size) const noexcept;
   Block* find_aligned(Block* fit, std::size_t size) const noexcept;
+  // The best of the free blocks from `fit` up to about twice `size` (a bounded look) by the stranded
+  // bytes placing `size` at its start adds; nullptr when each adds some.
+  Block* find_packed(Block* fit, std::size_t size) const noexcept;
+  // Free bytes of [start, end) in pages it shares with other blocks (granules at both ends).
+  std::size_t stranded(DevicePtr start, DevicePtr end) const noexcept;
   // Splits free block `b` at `at` (inside it): the front part stays free; returns the part from `at`.
   Block* split_free(Block* b, DevicePtr at);
   Block* take_front(Block* b, std::size_t size);
@@ -251,6 +273,10 @@ class Arena {
   std::map<DevicePtr, Mapping>::iterator unmap_mapping(std::map<DevicePtr, Mapping>::iterator it) noexcept;
   // Unmaps every mapping under which no block is in use; returns the bytes that became free pieces.
   std::size_t unmap_unused();
+  // Packing fills no hole, so lent pages' old mappings would pile up until empty_cache() (a KV cache
+  // under a limit: 14,000 for 130 pages). Once the mappings are more than twice the pages in use and
+  // than after the last time, those of lends known complete go (as fill_hole removes them).
+  void unmap_done_lends();
   Region* region_of(DevicePtr p) const noexcept;
   Block* block_containing(const Region& r, DevicePtr p) const noexcept;
   bool covered(DevicePtr start, std::size_t bytes) const;
@@ -300,6 +326,7 @@ class Arena {
   std::size_t mapped_bytes_ = 0;
   std::deque<std::pair<std::uint64_t, EventHandle>> lend_events_;  // lends not yet known complete
   std::uint64_t lends_ = 0, lends_done_ = 0;
+  std::size_t mappings_after_sweep_ = 0;  // see unmap_done_lends
   std::size_t demand_high_ = 0;  // the most bytes in use plus requested at any growth so far
   bool exact_growth_ = false;    // this growth's demand was met before: fragmentation, not a new high
   bool lent_unwaited_ = false;   // this growth took pages of this stream's free blocks (see return_pieces)

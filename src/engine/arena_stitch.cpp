@@ -1,6 +1,7 @@
 // Stitching and giving memory back: lending the pages behind free ranges, holes, unmapping unused
 // mappings. See arena.hpp.
 #include <algorithm>
+#include <iterator>
 
 #include "engine/arena.hpp"
 
@@ -179,6 +180,23 @@ std::size_t Arena::unmap_unused() {
     unmap_mapping(it);
   }
   return released;
+}
+
+void Arena::unmap_done_lends() {
+  const std::size_t limit = 2 * std::max(mapped_bytes_ / granularity_, mappings_after_sweep_) + 64;
+  if (mappings_.size() <= limit) return;
+  const std::uint64_t done = lends_done();
+  for (const auto& rp : regions_) {
+    if (rp->plain) continue;
+    const Block* b = rp->first;
+    for (auto it = mappings_.lower_bound(rp->base); it != mappings_.end() && it->first < rp->base + rp->top;) {
+      const DevicePtr start = it->first, end = start + it->second.bytes;
+      while (b && b->end() <= start) b = b->next;
+      const bool in_hole = b && b->state == BlockState::hole && b->addr <= start && b->end() >= end;
+      it = in_hole && it->second.lent && it->second.lent <= done ? unmap_mapping(it) : std::next(it);
+    }
+  }
+  mappings_after_sweep_ = mappings_.size();
 }
 
 std::map<DevicePtr, Arena::Mapping>::iterator Arena::unmap_mapping(std::map<DevicePtr, Mapping>::iterator it) noexcept {

@@ -74,6 +74,21 @@ class FreeIndex {
     return best_in_list(heads_[fl][sl], 0, 4);
   }
 
+  // Calls fn(block) for free blocks of at least `size` bytes, smallest classes first, until fn returns true.
+  template <typename Fn>
+  void for_each_fit(std::size_t size, Fn&& fn) const {
+    auto [fl, sl] = class_of(size);
+    for (;;) {
+      for (std::uint32_t sl_bits = second_bits_[fl] & (~0u << sl); sl_bits; sl_bits &= sl_bits - 1)
+        for (Block* b = heads_[fl][std::countr_zero(sl_bits)]; b; b = b->free_next)
+          if (b->size >= size && fn(b)) return;
+      const std::uint64_t fl_bits = fl + 1 < 64 ? first_bits_ & (~std::uint64_t(0) << (fl + 1)) : 0;
+      if (!fl_bits) return;
+      fl = std::countr_zero(fl_bits);
+      sl = 0;
+    }
+  }
+
   // Calls fn(block) for free blocks of at least `min_size` bytes (and some a little smaller), largest
   // classes first, until fn returns true.
   template <typename Fn>

@@ -65,8 +65,8 @@ void PhysicalMemory::count_reserved(std::size_t bytes, bool small_pool, bool add
     if (added) reserved_bytes_[kind].increase(std::int64_t(bytes));
     else reserved_bytes_[kind].decrease(std::int64_t(bytes));
   }
-  if (added) reserved_ += bytes;
-  else reserved_ -= bytes;
+  if (added) reserved_.fetch_add(bytes, std::memory_order_relaxed);
+  else reserved_.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
 void PhysicalMemory::count_segment(std::size_t bytes, bool small_pool, bool added) {

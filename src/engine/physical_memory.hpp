@@ -1,7 +1,9 @@
 // Physical memory shared by every arena of one allocator: the chunks taken from the device, the
 // pieces of them that are currently mapped nowhere (free to be stitched into any arena), the limit,
-// and the segment / reserved statistics. Every method requires mutex() to be held.
+// and the segment / reserved statistics. Every method requires mutex() to be held, except reserved() and
+// limit(), which may be read without it (a moment's value).
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <map>
@@ -28,9 +30,9 @@ class PhysicalMemory {
 
   std::mutex& mutex() { return mutex_; }
 
-  std::size_t reserved() const { return reserved_; }
-  std::size_t limit() const { return limit_; }
-  void set_limit(std::size_t bytes) { limit_ = bytes; }
+  std::size_t reserved() const { return reserved_.load(std::memory_order_relaxed); }
+  std::size_t limit() const { return limit_.load(std::memory_order_relaxed); }
+  void set_limit(std::size_t bytes) { limit_.store(bytes, std::memory_order_relaxed); }
   std::size_t free_piece_bytes() const { return free_piece_bytes_; }
   // Bytes given back as parts of pages whose rest is still mapped (see give_piece).
   std::size_t part_page_bytes() const { return part_page_bytes_; }
@@ -71,7 +73,7 @@ class PhysicalMemory {
   // Pieces of a chunk are mapped, lent and released only in whole pages of this size.
   std::size_t page_of(std::size_t chunk) const { return chunks_[chunk].page; }
 
-  bool would_exceed_limit(std::size_t more) const { return limit_ && reserved_ + more > limit_; }
+  bool would_exceed_limit(std::size_t more) const { return limit() && reserved() + more > limit(); }
 
   const StatArray& segment_stats() const { return segment_; }
   const StatArray& reserved_stats() const { return reserved_bytes_; }
@@ -96,7 +98,7 @@ class PhysicalMemory {
   void count_segment(std::size_t bytes, bool small_pool, bool added);
   // The cause of an out-of-memory error at the limit. No byte counts: pages this growth made before it
   // failed go back before the error is seen, so its figures (the message's own) would contradict them.
-  std::string limit_crossed() const { return "the allocator's limit of " + format_bytes(limit_) + " would be crossed"; }
+  std::string limit_crossed() const { return "the allocator's limit of " + format_bytes(limit()) + " would be crossed"; }
   void count_reserved(std::size_t bytes, bool small_pool, bool added);
 
   Backend& backend_;
@@ -107,8 +109,8 @@ class PhysicalMemory {
   std::map<std::pair<std::size_t, std::size_t>, std::size_t> part_pages_;   // (chunk, page) -> bytes back
   std::size_t free_piece_bytes_ = 0;
   std::size_t part_page_bytes_ = 0;
-  std::size_t reserved_ = 0;
-  std::size_t limit_ = 0;
+  std::atomic<std::size_t> reserved_{0};  // written under mutex(); read anywhere
+  std::atomic<std::size_t> limit_{0};
   StatArray segment_{}, reserved_bytes_{};
   std::int64_t device_allocs_ = 0, device_frees_ = 0;
   ForeignLender foreign_lender_;

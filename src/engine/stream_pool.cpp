@@ -58,9 +58,16 @@ Block* StreamPool::allocate(std::size_t request, bool may_grow, bool other_arena
     }
   } else {
     flush_parked();
-    b = arena.find(size);
+    b = may_grow ? arena.find(size) : arena.find_fit(size);
     if (!b && !may_grow) return nullptr;
-    if (!b) b = arena.grow(size);
+    if (!b) {
+      try {
+        b = arena.grow(size);
+      } catch (const OutOfMemoryError&) {
+        b = arena.find_fit(size);  // a free block packing passed over (Arena::packing) beats failing
+        if (!b) throw;
+      }
+    }
     b = arena.take(b, size);
     refresh_inactive_split(arena.small_pool());
   }
