@@ -126,7 +126,31 @@ Block* Arena::grow(std::size_t size) {
   return b;
 }
 
+void Arena::release_drained_regions() {
+  std::lock_guard lock(physical_.mutex());
+  for (auto it = regions_.begin(); it != regions_.end();) {
+    Region& r = **it;
+    bool drained = !r.plain;
+    for (const Block* b = r.first; drained && b; b = b->next) drained = b->state == BlockState::hole;
+    auto m = mappings_.lower_bound(r.base);
+    if (!drained || (m != mappings_.end() && m->first < r.base + r.size)) {
+      ++it;
+      continue;
+    }
+    physical_.map_ahead(0, 0);  // no page made ahead may wait in a range given back
+    ahead_run_ = 0;
+    for (Block* b = r.first; b;) {
+      Block* next = b->next;
+      recycler_.recycle(b);
+      b = next;
+    }
+    backend_.release_range(r.base, r.size);
+    it = regions_.erase(it);
+  }
+}
+
 Region& Arena::new_region(std::size_t min_bytes) {
+  if (!regions_.empty() && packing()) release_drained_regions();
   std::size_t va = config_.pool_va_bytes;
   if (!va) {
     std::size_t total = device_total();

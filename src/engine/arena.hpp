@@ -243,6 +243,10 @@ class Arena {
   std::size_t top_need(const Region& r, const Block* tail, std::size_t size) const noexcept;
   Block* grow_plain(std::size_t size);
   Region& new_region(std::size_t min_bytes);
+  // Gives back the address range of every region that holds nothing but unmapped holes (packing moves
+  // the top ten times faster through the address space, and a KV cache replaced in order leaves whole
+  // regions drained behind it). Called when a new region is needed.
+  void release_drained_regions();
   std::size_t chunk_quantum() const;
   std::size_t device_total();
   // Stitching: hands the physical memory behind free, page-aligned ranges (never inside `keep`) to
