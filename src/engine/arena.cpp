@@ -106,6 +106,8 @@ Block* Arena::grow(std::size_t size) {
   made_at_bytes_ = 0;
   const std::size_t run = std::exchange(ahead_run_, 0);  // asked ahead before this growth
   Block* b = grow_virtual(size);
+  // A new region may have given the last one's range back (release_drained_regions).
+  if (std::none_of(regions_.begin(), regions_.end(), [&](const auto& r) { return r.get() == last; })) last = nullptr;
   if (last && last->top > top_before && run) {
     // What of the pages asked ahead at the old top this growth used (new pages made there) and what it
     // mapped other pages over (the backend unmaps those unused): see map_ahead.
