@@ -225,8 +225,8 @@ class Arena {
   // `addr`, packed: a gap over half the block costs more than the page its alignment saves.
   DevicePtr page_start(DevicePtr addr, std::size_t size) const noexcept;
   Block* find_aligned(Block* fit, std::size_t size) const noexcept;
-  // The best of the free blocks from `fit` up to about twice `size` (a bounded look) by the stranded
-  // bytes placing `size` at its start adds; nullptr when each adds some.
+  // `fit` or, in a bounded look at free blocks up to about twice `size`, the first where placing `size`
+  // at its start adds no stranded bytes; nullptr when each adds some.
   Block* find_packed(Block* fit, std::size_t size) const noexcept;
   // Free bytes of [start, end) in pages it shares with other blocks (granules at both ends).
   std::size_t stranded(DevicePtr start, DevicePtr end) const noexcept;
