@@ -64,7 +64,7 @@ DevicePtr Arena::start_in(const Block* b, std::size_t size) const noexcept {
 bool Arena::packing() const noexcept {
   if (!align_blocks_ || !stitching_) return false;  // only a large arena that may remap
   const std::size_t ceiling = physical_.limit() ? physical_.limit() : device_total_;
-  return ceiling && physical_.reserved() >= ceiling / 2;
+  return ceiling && physical_.reserved() >= ceiling / 10 * 9;
 }
 
 std::size_t Arena::stranded(DevicePtr start, DevicePtr end) const noexcept {
@@ -77,14 +77,16 @@ Block* Arena::find_packed(Block* fit, std::size_t size) const noexcept {
   const auto added = [&](const Block* b) {
     return std::int64_t(stranded(b->addr + size, b->end())) - std::int64_t(stranded(b->addr, b->end()));
   };
-  std::int64_t best = added(fit);
+  // A few stranded bytes beside a large block cost less than remapping it (an RLHF loop's 911 MiB logits).
+  const std::int64_t tolerated = std::int64_t(size / 64);
+  std::int64_t best = added(fit) - tolerated;
   if (best <= 0) return fit;
   constexpr int kLooks = 16;
   const std::size_t roomy = 2 * size + 2 * granularity_;
   int looks = 0;
   free_.for_each_fit(size, [&](Block* b) {
     if (b->size > roomy || ++looks > kLooks) return true;
-    if (added(b) <= 0) fit = b, best = 0;
+    if (added(b) <= tolerated) fit = b, best = 0;
     return best <= 0;
   });
   return best <= 0 ? fit : nullptr;
@@ -194,9 +196,10 @@ Block* Arena::grow_virtual(std::size_t size) {
   const std::size_t demand = mapped_bytes_ - free_.bytes() + size;
   exact_growth_ = demand <= demand_high_;
   demand_high_ = std::max(demand_high_, demand);
-  const HoleFit fit = packing() ? HoleFit{} : hole_fit(size);  // see packing()
+  const bool packed = packs(size);
+  const HoleFit fit = packed ? HoleFit{} : hole_fit(size);  // see packing()
   std::lock_guard lock(physical_.mutex());
-  if (!fit.hole && packing()) unmap_done_lends();
+  if (packed) unmap_done_lends();
   lent_unwaited_ = false;
   std::vector<Piece> pieces;
   Block* tail = free_tail(*r);
@@ -353,6 +356,7 @@ std::string Arena::describe_at(DevicePtr addr) const {
 }
 
 Block* Arena::release(Block* b) noexcept {
+  freed_sizes_[freed_slot(b->size)] = b->size;
   b->requested = 0;
   delete b->other_streams;
   b->other_streams = nullptr;

@@ -1,7 +1,7 @@
-// Packing past half the ceiling (Arena::packing): a request whose size is not whole pages takes a free
-// block only where it strands no more free bytes beside live blocks than were stranded there, else it
-// grows at the top, packed; below half the ceiling nothing changes, and a free block that holds the
-// request is still used when growing fails.
+// Packing past 90% of the ceiling (Arena::packing): a request whose size is not whole pages (nor freed
+// lately) takes a free block only where it strands no more free bytes beside live blocks than were
+// stranded there, else it grows at the top, packed; below that nothing changes, and a free block that
+// holds the request is still used when growing fails.
 #include <gtest/gtest.h>
 
 #include <deque>
@@ -60,7 +60,7 @@ TEST(Packing, AGrowingKvCacheRunsUnderALimitOfTenPercentAboveItsLiveBytes) {
   unlimited.check_invariants();
 
   // Without packing, tensors placed at the start of page-aligned free ranges left ~1 MiB free in the
-  // last page of each: 1.21x the live bytes was the smallest limit it ran under (1.08x with packing).
+  // last page of each: 1.21x the live bytes was the smallest limit it ran under (1.06x with packing).
   Allocator limited(sim());
   limited.set_limit(peak + peak / 10);
   EXPECT_NO_THROW(grow_a_beam_cache(limited, kLayers, kFirst, kGrow, kSteps));
@@ -69,7 +69,7 @@ TEST(Packing, AGrowingKvCacheRunsUnderALimitOfTenPercentAboveItsLiveBytes) {
 }
 
 TEST(Packing, OnADeviceAlmostFullTheSameCacheFitsInTenPercentMore) {
-  // No limit: half the device's memory is the mark.
+  // No limit: 90% of the device's memory is the mark.
   Allocator unlimited(sim());
   const std::size_t peak = grow_a_beam_cache(unlimited, kLayers, kFirst, kGrow, kSteps);
   Allocator a(sim((peak + peak / 10) / (2 * kMiB) * (2 * kMiB)));
@@ -77,7 +77,7 @@ TEST(Packing, OnADeviceAlmostFullTheSameCacheFitsInTenPercentMore) {
   a.check_invariants();
 }
 
-TEST(Packing, BelowHalfTheCeilingAFreeBlockIsTakenWhereItIs) {
+TEST(Packing, FarBelowTheCeilingAFreeBlockIsTakenWhereItIs) {
   // [0,10) freed, then 5.5 MiB: placed at 0 (a free part-page [5.5,6) is left), no growth, no map.
   auto backend = sim();
   Allocator a(backend);
@@ -93,14 +93,14 @@ TEST(Packing, BelowHalfTheCeilingAFreeBlockIsTakenWhereItIs) {
   a.deallocate(keep, 0);
 }
 
-TEST(Packing, PastHalfTheLimitARequestThatWouldStrandBytesGrowsPackedAtTheTop) {
-  // The same request past half the limit: [0,10)'s pages are lent to the top, where the request starts
+TEST(Packing, NearTheLimitARequestThatWouldStrandBytesGrowsPackedAtTheTop) {
+  // The same request past 90% of the limit: [0,10)'s pages are lent to the top, where the request starts
   // beside the live block's last page; reserved does not grow.
   auto backend = sim();
   Allocator a(backend);
-  a.set_limit(36 * kMiB);
+  a.set_limit(22 * kMiB);
   void* first = a.allocate(10 * kMiB, 0);
-  void* keep = a.allocate(9 * kMiB + kMiB / 2, 0);  // [10, 19.5): its last page is half free
+  void* keep = a.allocate(9 * kMiB + kMiB / 2, 0);  // [10, 19.5): its last page is half free; 20 of 22 MiB
   a.deallocate(first, 0);
   const auto reserved = a.stats().reserved_bytes[kAggregatePool].current;
   void* p = a.allocate(5 * kMiB + kMiB / 2, 0);
@@ -109,6 +109,26 @@ TEST(Packing, PastHalfTheLimitARequestThatWouldStrandBytesGrowsPackedAtTheTop) {
   EXPECT_EQ(a.stats().reserved_bytes[kAggregatePool].current, reserved);
   a.check_invariants();
   a.deallocate(p, 0);
+  a.deallocate(keep, 0);
+}
+
+TEST(Packing, ASizeFreedLatelyTakesItsOldPlaceAsTrainingRepeatsItsSizes) {
+  // Near the limit, [0,5.5) and [5.5,10) freed (one free range [0,10)), then 5.5 MiB again, as the next
+  // training step asks: it goes back to 0 with no map call, though it strands [5.5,6) there (packing it
+  // remapped pages every step).
+  auto backend = sim();
+  Allocator a(backend);
+  a.set_limit(22 * kMiB);
+  void* first = a.allocate(5 * kMiB + kMiB / 2, 0);
+  void* second = a.allocate(4 * kMiB + kMiB / 2, 0);
+  void* keep = a.allocate(9 * kMiB + kMiB / 2, 0);
+  a.deallocate(first, 0);
+  a.deallocate(second, 0);
+  const auto maps = backend->call_counts().maps;
+  void* again = a.allocate(5 * kMiB + kMiB / 2, 0);
+  EXPECT_EQ(again, first);
+  EXPECT_EQ(backend->call_counts().maps, maps);
+  a.deallocate(again, 0);
   a.deallocate(keep, 0);
 }
 
@@ -143,7 +163,7 @@ TEST(Packing, RegionsDrainedBehindAGrowingCacheGiveTheirAddressRangeBack) {
   AllocatorConfig config;
   config.pool_va_bytes = 512 * kMiB;
   Allocator a(sim(), config);
-  a.set_limit(peak + peak / 10);
+  a.set_limit(peak + peak / 4);
   std::size_t most = 0;
   for (int round = 0; round < 4; ++round) {
     EXPECT_NO_THROW(grow_a_beam_cache(a, kLayers, kFirst, kGrow, kSteps));
