@@ -234,7 +234,7 @@ class Arena {
   DevicePtr page_start(DevicePtr addr, std::size_t size) const noexcept;
   Block* find_aligned(Block* fit, std::size_t size) const noexcept;
   // `fit` or, in a bounded look at free blocks up to about twice `size`, the first where placing `size`
-  // at its start adds no stranded bytes; nullptr when each adds some.
+  // at its start adds at most size/64 stranded bytes; nullptr when each adds more.
   Block* find_packed(Block* fit, std::size_t size) const noexcept;
   // Free bytes of [start, end) in pages it shares with other blocks (granules at both ends).
   std::size_t stranded(DevicePtr start, DevicePtr end) const noexcept;
