@@ -37,7 +37,6 @@ std::string read_file(const fs::path& path) {
   return ss.str();
 }
 
-// The JSON reports the program's Python processes wrote at exit (one per process).
 // A report as gpumem_torch writes it: the program shares the directory and may leave anything there.
 bool well_formed_report(const nlohmann::json& j) {
   if (!j.is_object() || !j.value("pid", nlohmann::json()).is_number_integer()) return false;
@@ -52,6 +51,7 @@ bool well_formed_report(const nlohmann::json& j) {
   return true;
 }
 
+// The JSON reports the program's Python processes wrote at exit (one per process).
 nlohmann::json collect_reports(const fs::path& dir) {
   nlohmann::json all = nlohmann::json::array();
   std::error_code ec;

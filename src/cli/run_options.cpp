@@ -47,9 +47,6 @@ void check_trace_path(const std::string& path) {
     usage(var + ": " + (fs::exists(p, ec) ? "the file is" : "the directory " + dir.string() + " is") + " not writable");
 }
 
-}  // namespace
-
-namespace {
 // run's options that take a value (the next word, or after '=').
 constexpr std::pair<const char*, std::string RunOptions::*> kValued[] = {
     {"--limit", &RunOptions::limit}, {"--fraction", &RunOptions::fraction},
@@ -68,7 +65,6 @@ std::size_t run_option_words(const std::vector<std::string>& words) {
 
 RunOptions parse_run_options(const std::vector<std::string>& words) {
   RunOptions o;
-  const auto& valued = kValued;
   std::size_t i = 0;
   for (; i < words.size(); ++i) {
     const std::string& w = words[i];
@@ -82,7 +78,7 @@ RunOptions parse_run_options(const std::vector<std::string>& words) {
       continue;
     }
     bool known = false;
-    for (const auto& [name, field] : valued) {
+    for (const auto& [name, field] : kValued) {
       const std::string n = name;
       std::string value;
       if (w == n) {

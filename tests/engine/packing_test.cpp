@@ -6,6 +6,7 @@
 
 #include <deque>
 #include <memory>
+#include <utility>
 
 #include "gpumem/allocator.hpp"
 #include "gpumem/errors.hpp"
@@ -51,6 +52,14 @@ std::size_t grow_a_beam_cache(Allocator& a, int layers, std::size_t first, std::
   return peak;
 }
 
+// [0,10) MiB freed at the region's start, before a live block of `keep_bytes`: {the freed address, keep}.
+std::pair<void*, void*> free_range_before(Allocator& a, std::size_t keep_bytes) {
+  void* first = a.allocate(10 * kMiB, 0);
+  void* keep = a.allocate(keep_bytes, 0);
+  a.deallocate(first, 0);
+  return {first, keep};
+}
+
 constexpr int kLayers = 24, kSteps = 200;
 constexpr std::size_t kFirst = 3'000'000, kGrow = 7680;
 
@@ -82,9 +91,7 @@ TEST(Packing, FarBelowTheCeilingAFreeBlockIsTakenWhereItIs) {
   auto backend = sim();
   Allocator a(backend);
   a.set_limit(64 * kMiB);
-  void* first = a.allocate(10 * kMiB, 0);
-  void* keep = a.allocate(10 * kMiB, 0);
-  a.deallocate(first, 0);
+  const auto [first, keep] = free_range_before(a, 10 * kMiB);
   const auto maps = backend->call_counts().maps;
   void* p = a.allocate(5 * kMiB + kMiB / 2, 0);
   EXPECT_EQ(p, first);
@@ -99,9 +106,8 @@ TEST(Packing, NearTheLimitARequestThatWouldStrandBytesGrowsPackedAtTheTop) {
   auto backend = sim();
   Allocator a(backend);
   a.set_limit(22 * kMiB);
-  void* first = a.allocate(10 * kMiB, 0);
-  void* keep = a.allocate(9 * kMiB + kMiB / 2, 0);  // [10, 19.5): its last page is half free; 20 of 22 MiB
-  a.deallocate(first, 0);
+  // keep [10, 19.5): its last page is half free; 20 of 22 MiB reserved
+  const auto [first, keep] = free_range_before(a, 9 * kMiB + kMiB / 2);
   const auto reserved = a.stats().reserved_bytes[kAggregatePool].current;
   void* p = a.allocate(5 * kMiB + kMiB / 2, 0);
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p), reinterpret_cast<std::uintptr_t>(keep) + 9 * kMiB + kMiB / 2)
@@ -139,9 +145,7 @@ TEST(Packing, AFreeBlockThatHoldsTheRequestIsUsedWhenGrowingFails) {
   auto backend = sim();
   Allocator a(backend);
   a.set_limit(20 * kMiB);
-  void* first = a.allocate(10 * kMiB, 0);
-  void* keep = a.allocate(10 * kMiB, 0);
-  a.deallocate(first, 0);
+  const auto [first, keep] = free_range_before(a, 10 * kMiB);
   constexpr PoolId kPool{0, 1};
   constexpr StreamId kCapturing = 7;
   a.begin_allocate_to_pool(kPool, [](StreamId s) { return s == kCapturing; });
@@ -156,8 +160,8 @@ TEST(Packing, AFreeBlockThatHoldsTheRequestIsUsedWhenGrowingFails) {
 }
 
 TEST(Packing, RegionsDrainedBehindAGrowingCacheGiveTheirAddressRangeBack) {
-  // Packing grows at the top ten times as often: without giving drained regions back, 64 MiB regions
-  // (pool_va_bytes) would pile up with every step (about 110 here); a cache replaced in order drains them.
+  // Packing grows at the top ten times as often: without giving drained regions back, 512 MiB regions
+  // (pool_va_bytes) pile up with every step (82 here); a cache replaced in order drains them.
   Allocator unlimited(sim());
   const std::size_t peak = grow_a_beam_cache(unlimited, kLayers, kFirst, kGrow, kSteps);
   AllocatorConfig config;
