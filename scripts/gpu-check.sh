@@ -9,7 +9,8 @@
 #                                    1 CUDA conformance  2 stream rule  3 host cost vs c10 / cudaMallocAsync /
 #                                    cudaMalloc  3b driver call cost (bench/gpu/vmm_cost.cu)  3c the same calls on another thread
 #                                    beside kernel launches (bench/gpu/vmm_overlap.cu)  3d the same calls split over
-#                                    1-8 threads (bench/gpu/vmm_threads.cu)  4 Python shim with real torch  5 training native vs gpumem vs
+#                                    1-8 threads (bench/gpu/vmm_threads.cu)  3e granules of one large handle mapped
+#                                    one by one (bench/gpu/vmm_slices.cu)  4 Python shim with real torch  5 training native vs gpumem vs
 #                                    --limit 1.02x peak live (transformer LM, ResNet-50)  6 two processes with a
 #                                    limit each on one GPU  7 scripts/gpu-check-monitor.sh if present;
 #                                    10 PyTorch memory checks native vs gpumem  11 torch.empty host cost;
@@ -36,13 +37,13 @@ if [[ "${1:-}" == "--prepare" ]]; then
   cmake --build "$BUILD" --target gpumem gpumem-exporter gpumem_shared backend_conformance_test -j "${JOBS:-2}"
   mkdir -p "$BIN"
   LIBS="$BUILD/src/api/libgpumem_api.a $BUILD/src/trace/libgpumem_trace.a $BUILD/src/backends/libgpumem_backends.a $BUILD/src/engine/libgpumem_engine.a"
-  for prog in tests/gpu/stream_rule.cu bench/gpu/host_cost.cu bench/gpu/vmm_cost.cu bench/gpu/vmm_overlap.cu bench/gpu/vmm_threads.cu; do
+  for prog in tests/gpu/stream_rule.cu bench/gpu/host_cost.cu bench/gpu/vmm_cost.cu bench/gpu/vmm_overlap.cu bench/gpu/vmm_threads.cu bench/gpu/vmm_slices.cu; do
     nvcc -O2 -std=c++20 -gencode arch=compute_90,code=sm_90 -Iinclude -Isrc "$prog" $LIBS -ldl -o "$BIN/$(basename "$prog" .cu)"
   done
   # gpumem-exporter links Debian's cpp-httplib, which the GPU machine lacks: it travels beside it.
   cp -L /usr/lib/x86_64-linux-gnu/libcpp-httplib.so.0.11 "$BIN/" 2>/dev/null || true
   cp "$BUILD/gpumem" "$BUILD/gpumem-exporter" "$BUILD/libgpumem.so" "$BUILD/gpumem_torch.py" "$BUILD/gpumem_ipc.py" "$BUILD/gpumem_history.py" "$BUILD/gpumem_pools.py" "$BUILD/gpumem_sitecustomize.py" "$BUILD/tests/backends/backend_conformance_test" "$BIN/"
-  strip "$BIN/gpumem" "$BIN/libgpumem.so" "$BIN/backend_conformance_test" "$BIN/stream_rule" "$BIN/host_cost" "$BIN/vmm_cost" "$BIN/vmm_overlap" "$BIN/vmm_threads"
+  strip "$BIN/gpumem" "$BIN/libgpumem.so" "$BIN/backend_conformance_test" "$BIN/stream_rule" "$BIN/host_cost" "$BIN/vmm_cost" "$BIN/vmm_overlap" "$BIN/vmm_threads" "$BIN/vmm_slices"
   du -sh "$BIN"
   exit 0
 fi
@@ -87,7 +88,7 @@ finish() {
 trap finish EXIT
 export LD_LIBRARY_PATH="$PWD/$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # cpp-httplib for gpumem-exporter
 
-for f in gpumem libgpumem.so gpumem_torch.py gpumem_ipc.py gpumem_history.py gpumem_pools.py gpumem_sitecustomize.py backend_conformance_test stream_rule host_cost vmm_cost vmm_overlap vmm_threads; do
+for f in gpumem libgpumem.so gpumem_torch.py gpumem_ipc.py gpumem_history.py gpumem_pools.py gpumem_sitecustomize.py backend_conformance_test stream_rule host_cost vmm_cost vmm_overlap vmm_threads vmm_slices; do
   [[ -e $BIN/$f ]] || { echo "gpu-check: $BIN/$f is missing: run scripts/gpu-check.sh --prepare and carry $BIN"; exit 1; }
 done
 nvidia-smi -L
@@ -112,6 +113,7 @@ step "3 host cost vs c10 / cudaMallocAsync / cudaMalloc" 300 "$BIN/host_cost" $S
 step "3b driver call cost: cuMemCreate/Map/SetAccess/Unmap/Release at 2 and 16 MiB" 120 "$BIN/vmm_cost" --json "$RES/vmm_cost.json"
 step "3c driver calls on another thread: do they slow kernel launches?" 120 "$BIN/vmm_overlap" --json "$RES/vmm_overlap.json"
 step "3d driver calls split over 1-8 threads: does the driver run them at once?" 120 "$BIN/vmm_threads" --json "$RES/vmm_threads.json"
+step "3e granules cut from one large handle: can they be mapped one by one?" 60 "$BIN/vmm_slices"
 step "4 python shim + gpumem run (real torch)" 300 env GPUMEM_BUILD_DIR="$PWD/$BIN" python3 -m unittest -v tests/python/test_gpumem_torch.py
 step "4b snapshot -> _memory_viz, native" 120 python3 bench/gpu/snapshot_check.py "$RES/snapshot_native.pickle"
 step "4b snapshot -> _memory_viz, gpumem" 120 "$BIN/gpumem" run -- python3 bench/gpu/snapshot_check.py "$RES/snapshot_gpumem.pickle"

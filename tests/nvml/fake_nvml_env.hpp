@@ -2,9 +2,11 @@
 #pragma once
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace gpumem::testing {
 
@@ -13,11 +15,27 @@ inline std::string fake_nvml_path(const std::string& variant = "current") {
   return std::string(GPUMEM_BINARY_DIR) + "/fake_nvml/libgpumem_fake_nvml_" + variant + ".so";
 }
 
+// The scenario files this test process wrote, removed when it exits (by this process only: a forked
+// child that exits must not take its parent's files).
+struct ScenarioFiles {
+  pid_t owner = getpid();
+  std::vector<std::string> paths;
+  ~ScenarioFiles() {
+    if (getpid() == owner)
+      for (const auto& p : paths) std::remove(p.c_str());
+  }
+};
+inline ScenarioFiles& scenario_files() {
+  static ScenarioFiles files;
+  return files;
+}
+
 // Writes `text` to a scenario file unique to this process and test name; returns its path.
 inline std::string write_scenario(const std::string& name, const std::string& text) {
   const char* tmp = std::getenv("TMPDIR");
   std::string path = std::string(tmp && *tmp ? tmp : "/tmp") + "/gpumem-scenario-" + std::to_string(getpid()) + "-" + name;
   std::ofstream(path) << text;
+  scenario_files().paths.push_back(path);
   return path;
 }
 

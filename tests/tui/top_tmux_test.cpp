@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
 #include <cstring>
 
 #include <fstream>
@@ -65,6 +66,7 @@ struct Fixture {
       kill(p, SIGKILL);
       waitpid(p, nullptr, 0);
     }
+    std::remove(pidfile.c_str());
   }
   // gpus: how many healthy GPUs before the lost one; extra: more scenario lines.
   Fixture(const std::string& name, int gpus, const std::string& extra = "") {
