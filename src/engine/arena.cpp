@@ -154,7 +154,7 @@ void Arena::release_drained_regions() {
 }
 
 Region& Arena::new_region(std::size_t min_bytes) {
-  if (!regions_.empty() && packing()) release_drained_regions();
+  if (!regions_.empty()) release_drained_regions();
   std::size_t va = config_.pool_va_bytes;
   if (!va) {
     std::size_t total = device_total();
@@ -199,7 +199,7 @@ Block* Arena::grow_virtual(std::size_t size) {
   const bool packed = packs(size);
   const HoleFit fit = packed ? HoleFit{} : hole_fit(size);  // see packing()
   std::lock_guard lock(physical_.mutex());
-  if (packed) unmap_done_lends();
+  unmap_done_lends();
   lent_unwaited_ = false;
   std::vector<Piece> pieces;
   Block* tail = free_tail(*r);
@@ -220,8 +220,10 @@ Block* Arena::grow_virtual(std::size_t size) {
     gather(fit.bytes, fit.hole->size, Keep{{fit.hole->prev, fit.hole->next}}, pieces);
     std::size_t got = 0;
     for (const Piece& p : pieces) got += p.bytes;
-    if (got <= fit.hole->size) return fill_hole(fit, pieces);
-    // More whole pages came than the hole holds: they go to the top (whose tail they may include).
+    // More whole pages than asked may come (a large page), over old mappings not yet known free.
+    if (got <= fit.hole->size && (got == fit.bytes || fill_ready(fit, got, lends_done_))) return fill_hole(fit, pieces);
+    // More whole pages came than the hole holds (or may take now): they go to the top (whose tail they
+    // may include).
     tail = free_tail(*r);
     need = top_need(*r, tail, size);
     if (got < need) {

@@ -168,6 +168,9 @@ class Arena {
   HoleFit hole_fit(std::size_t size);
   // Maps `pieces` into fit.hole (at its start or up to its end) and returns the free block there.
   Block* fill_hole(const HoleFit& fit, std::vector<Piece>& pieces);
+  // Whether filling `bytes` of fit.hole may replace the old mappings there: each one's lend is done
+  // (lends numbered up to `done` are).
+  bool fill_ready(const HoleFit& fit, std::size_t bytes, std::uint64_t done) const;
   // Sharing a page (arena_share.cpp). A free part-page beside a live block can be neither lent nor given
   // back, and generation workloads leave one beside many KV-cache tensors (2% of the peak). A growth at
   // the top whose size is not whole pages may start its new run with such a page (the free bytes at
@@ -253,7 +256,8 @@ class Arena {
   Region& new_region(std::size_t min_bytes);
   // Gives back the address range of every region that holds nothing but unmapped holes (packing moves
   // the top ten times faster through the address space, and a KV cache replaced in order leaves whole
-  // regions drained behind it). Called when a new region is needed.
+  // regions drained behind it; pages lent back and forth move it a page a round). Called when a new
+  // region is needed.
   void release_drained_regions();
   std::size_t chunk_quantum() const;
   std::size_t device_total();
@@ -285,9 +289,11 @@ class Arena {
   std::map<DevicePtr, Mapping>::iterator unmap_mapping(std::map<DevicePtr, Mapping>::iterator it) noexcept;
   // Unmaps every mapping under which no block is in use; returns the bytes that became free pieces.
   std::size_t unmap_unused();
-  // Packing fills no hole, so lent pages' old mappings would pile up until empty_cache() (a KV cache
-  // under a limit: 14,000 for 130 pages). Once the mappings are more than twice the pages in use and
-  // than after the last time, those of lends known complete go (as fill_hole removes them).
+  // Lent pages' old mappings not filled again would pile up until empty_cache(): packing fills no hole
+  // (a KV cache under a limit: 14,000 for 130 pages), and two pools lending their only free pages back
+  // and forth leave one a round. Once the mappings are more than twice the pages in use and than after
+  // the last time (16 times, and 4,096 more, when not packing: most are filled again soon), those of
+  // lends known complete go (as fill_hole removes them). Called at every growth over virtual memory.
   void unmap_done_lends();
   Region* region_of(DevicePtr p) const noexcept;
   Block* block_containing(const Region& r, DevicePtr p) const noexcept;

@@ -64,14 +64,21 @@ Arena::HoleFit Arena::hole_fit(std::size_t size) {
       if (before && front + h->size >= size) fit.bytes = round_up(size - front, granularity_);
       else if (after && back + h->size >= size) fit = {h, false, round_up(size - back, granularity_)};
       if (best.hole && best.bytes <= fit.bytes) continue;
-      // Old mappings of lent pages may be replaced only once the work queued before the lend is done.
-      bool ready = true;
-      for (auto it = mappings_.lower_bound(h->addr); ready && it != mappings_.end() && it->first < h->end(); ++it)
-        ready = it->second.lent <= done;
-      if (ready) best = fit;
+      if (fill_ready(fit, fit.bytes, done)) best = fit;
     }
   }
   return best;
+}
+
+bool Arena::fill_ready(const HoleFit& fit, std::size_t bytes, std::uint64_t done) const {
+  // Only the old mappings under the part filled (fill_hole replaces only those; a long hole may hold
+  // thousands, and every growth would walk them).
+  const DevicePtr from = fit.from_front ? fit.hole->addr : fit.hole->end() - bytes, to = from + bytes;
+  auto it = mappings_.lower_bound(from);
+  if (it != mappings_.begin() && std::prev(it)->first + std::prev(it)->second.bytes > from) --it;
+  for (; it != mappings_.end() && it->first < to; ++it)
+    if (it->second.lent > done) return false;
+  return true;
 }
 
 Block* Arena::fill_hole(const HoleFit& fit, std::vector<Piece>& pieces) {

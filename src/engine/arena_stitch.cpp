@@ -183,7 +183,12 @@ std::size_t Arena::unmap_unused() {
 }
 
 void Arena::unmap_done_lends() {
-  const std::size_t limit = 2 * std::max(mapped_bytes_ / granularity_, mappings_after_sweep_) + 64;
+  // Packing: kept close (a KV cache under a limit remaps all the time). Otherwise loose, for old mappings
+  // under holes are often filled again soon (a stream's pool re-lent its pages), but bounded: pages lent
+  // back and forth between two pools left one mapping per round, and each growth walked them all.
+  const bool close = packing();
+  const std::size_t limit =
+      (close ? 2 : 16) * std::max(mapped_bytes_ / granularity_, mappings_after_sweep_) + (close ? 64 : 4096);
   if (mappings_.size() <= limit) return;
   const std::uint64_t done = lends_done();
   for (const auto& rp : regions_) {
