@@ -207,6 +207,7 @@ struct TraceReader::Impl {
     if (done) return false;
     std::string_view line;
     bool complete;
+    std::size_t cut_line = 0;  // the line cut short, when the trace ends inside one
     while (lines->next(line, complete)) {
       if (blank(line)) continue;
       if (ended) fail("text after the end record");
@@ -214,6 +215,7 @@ struct TraceReader::Impl {
         if (info.version >= 2 && end_record(line)) continue;
         if (!complete && (lines->cut() || cut_short(line))) {
           end_early(lines->cut() ? kCutStream : "its last line is cut short");
+          cut_line = lines->line();
           break;
         }
         if (!complete) problem = "the last line is incomplete (truncated file?): " + problem;
@@ -228,7 +230,8 @@ struct TraceReader::Impl {
     if (info.version >= 2 && !ended) end_early("it has no end record");
     if (info.summary.events == 0) {
       if (info.truncated)
-        throw TraceError(info.path, lines->line() + 1, "the trace ends before its first event: the recording process did not finish it");
+        throw TraceError(info.path, cut_line ? cut_line : lines->line() + 1,
+                         "the trace ends before its first event: the recording process did not finish it");
       throw TraceError(info.path, lines->line() + 1, "the trace has no events after its header");
     }
     done = true;

@@ -194,6 +194,14 @@ TEST(TraceReader, ATruncatedGzipGivesItsCompleteEvents) {
   } catch (const TraceError& e) {
     EXPECT_NE(std::string(e.what()).find("did not finish it"), std::string::npos) << e.what();
   }
+  // cut inside its first event line: the error names that line (2), not the one after it
+  const std::string first = ev("alloc", 4096, 1000);
+  try {
+    read_trace(dir.write_plain("w.jsonl", kHeader + "\n" + first.substr(0, first.size() / 2)));
+    FAIL();
+  } catch (const TraceError& e) {
+    EXPECT_EQ(e.line(), 2u) << e.what();
+  }
 }
 
 // Version 2 (what the recorder writes) ends with an end record: a trace cut at a line boundary is told
