@@ -36,6 +36,7 @@ class OutOfMemoryError : public Error {
     std::size_t device_free = 0;    // what the device reports free
     std::size_t device_total = 0;
     std::size_t largest_free = 0;   // largest free extent the allocator holds
+    std::size_t largest_free_here = 0;  // ... in the asking stream's own pool (others' blocks are theirs)
     int device = 0;
     std::uint64_t stream = 0;
     bool virtual_memory = false;      // the allocator maps pages and tried stitching free pages

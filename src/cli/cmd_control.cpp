@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -181,6 +182,8 @@ int run_limit(const ControlArgs& a) {
 int run_stop(const ControlArgs& a) {
   if (!(a.timeout >= 0 && a.timeout < 1e6)) throw CLI::ValidationError("--timeout needs seconds from 0 to 999999");
   auto start = std::chrono::steady_clock::now();
+  // The process asked to stop is the only one signalled after the timeout, should its PID be reused.
+  const auto asked = monitor::read_process(a.pid);
   std::int64_t released = 0;
   try {
     released = control::stop(a.pid);
@@ -195,7 +198,9 @@ int run_stop(const ControlArgs& a) {
   if (control::process_alive(a.pid)) {
     monitor::KillOptions opt;
     opt.timeout_s = 5.0;
-    auto outcomes = monitor::kill_processes({a.pid}, opt);
+    std::optional<unsigned long long> start_time;
+    if (asked) start_time = asked->start_time;
+    auto outcomes = monitor::kill_processes({monitor::KillTarget{a.pid, start_time}}, opt);
     outcome = monitor::kill_all_done(outcomes) ? "killed after the timeout" : "still running after SIGKILL";
     code = kExitPartial;
   }

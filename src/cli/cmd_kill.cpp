@@ -40,10 +40,13 @@ int run_kill(const KillArgs& a) {
   // --gpu and --ghosts choose processes; --user narrows everything to that user's ("only processes of
   // user U"), named PIDs too, and chooses that user's GPU processes only when no PID is named.
   const bool by_selection = !a.gpus.empty() || a.ghosts || (uid && a.pids.empty());
-  std::vector<int> targets;
+  // Processes chosen from a listing (or checked against --user) carry their start time then: a PID
+  // reused before the signal goes is not signalled.
+  std::vector<monitor::KillTarget> targets;
   bool named_left_alone = false;  // a PID given by name that --user excluded: not all that was asked is done
   for (int pid : a.pids) {  // each once (the option's pid_validator refused anything but a positive number)
-    if (std::find(targets.begin(), targets.end(), pid) != targets.end()) continue;
+    if (std::any_of(targets.begin(), targets.end(), [pid](const auto& t) { return t.pid == pid; })) continue;
+    monitor::KillTarget target{pid, std::nullopt};
     if (uid) {
       const auto p = monitor::read_process(pid);  // a PID that is gone stays: kill reports it
       if (p && p->uid != *uid) {
@@ -52,15 +55,17 @@ int run_kill(const KillArgs& a) {
         named_left_alone = true;
         continue;
       }
+      if (p) target.start_time = p->start_time;  // the process checked is the one signalled
     }
-    targets.push_back(pid);
+    targets.push_back(target);
   }
   if (by_selection) {
     auto nvml = nvml::Nvml::open();
     std::string ids;
     for (const auto& g : a.gpus) ids += (ids.empty() ? "" : ",") + g;
     auto report = monitor::collect_ps(*nvml, monitor::select_gpus(*nvml, ids), monitor::device_dir());
-    std::set<int> chosen(targets.begin(), targets.end());
+    std::set<int> chosen;
+    for (const auto& t : targets) chosen.insert(t.pid);
     for (const monitor::PsEntry& e : report.entries) {
       if (e.kind == monitor::PsKind::kGone || !e.proc) continue;  // nothing to signal
       if (a.ghosts && e.kind != monitor::PsKind::kNoContext) continue;
@@ -71,7 +76,7 @@ int run_kill(const KillArgs& a) {
         chosen.insert(e.pid);  // said once (a process on several GPUs)
         continue;
       }
-      if (chosen.insert(e.pid).second) targets.push_back(e.pid);
+      if (chosen.insert(e.pid).second) targets.push_back(monitor::KillTarget{e.pid, e.proc->start_time});
     }
   }
   if (targets.empty()) {

@@ -220,7 +220,13 @@ struct Allocator::Impl {
       s.device_total = info.total;
     } catch (...) {
     }
-    s.largest_free = largest_free();
+    for (std::size_t i = 0, n = count(); i < n; ++i) {
+      StreamPool* p = pool_at(i);
+      std::lock_guard lock(p->lock());
+      const std::size_t largest = p->largest_free();
+      s.largest_free = std::max(s.largest_free, largest);
+      if (p->stream() == stream && !p->is_graph_pool()) s.largest_free_here = std::max(s.largest_free_here, largest);
+    }
     MemoryEvent e;
     e.kind = EventKind::oom;
     e.size = request;

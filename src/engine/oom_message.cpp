@@ -33,7 +33,11 @@ std::string explain_out_of_memory(const OutOfMemoryError::State& s) {
   m += "and " + torch_format_size(cached) + " is reserved by gpumem but unallocated. ";
   // What gpumem knows beyond PyTorch's figures.
   m += "gpumem: " + format_bytes(s.requested) + " requested on stream " + std::to_string(s.stream) +
-       ", largest free extent " + torch_format_size(s.largest_free);
+       ", largest free extent " + torch_format_size(s.largest_free_here) + " in its pool";
+  // A larger one in another stream's pool (or a graph's) is not this request's: blocks there serve only
+  // their own stream, as in PyTorch; only whole free pages move between pools.
+  if (s.largest_free > s.largest_free_here)
+    m += " (" + torch_format_size(s.largest_free) + " in another stream's or a graph's pool)";
   // What ran short: the room under the limit when one is set and the device had the bytes, else the device.
   const bool limit_binds = s.limit && s.device_free >= s.requested;
   if (s.virtual_memory)

@@ -68,6 +68,12 @@ std::optional<std::string> kill_refusal(const ProcInfo& target, uid_t euid, int 
 }
 
 std::vector<KillOutcome> kill_processes(const std::vector<int>& pids, const KillOptions& options) {
+  std::vector<KillTarget> targets;
+  for (int pid : pids) targets.push_back(KillTarget{pid, std::nullopt});
+  return kill_processes(targets, options);
+}
+
+std::vector<KillOutcome> kill_processes(const std::vector<KillTarget>& targets, const KillOptions& options) {
   using Clock = std::chrono::steady_clock;
   struct Pending {
     size_t outcome;
@@ -82,13 +88,20 @@ std::vector<KillOutcome> kill_processes(const std::vector<int>& pids, const Kill
     if (!ancestors.insert(p->ppid).second) break;
   const uid_t euid = geteuid();
   const auto started = Clock::now();
-  for (int pid : pids) {
+  for (const KillTarget& target : targets) {
+    const int pid = target.pid;
     KillOutcome o;
     o.pid = pid;
     auto p = read_process(pid);
     if (!p || p->zombie) {
       o.result = KillResult::kNoSuchProcess;
       o.detail = "no such process";
+      out.push_back(o);
+      continue;
+    }
+    if (target.start_time && p->start_time != *target.start_time) {
+      o.result = KillResult::kNoSuchProcess;
+      o.detail = "not signalled: the process listed ended, and its PID now belongs to another process";
       out.push_back(o);
       continue;
     }

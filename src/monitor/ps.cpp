@@ -158,7 +158,8 @@ std::string render_ps(const PsReport& r) {
     // Processes may report more than the GPU's used memory (NVML reads them at other instants): said as
     // such, not as a negative amount nobody can explain.
     char rest[96];
-    if (unexplained >= 0) std::snprintf(rest, sizeof rest, "unexplained %lld MiB", unexplained);
+    if (!g.used_bytes) std::snprintf(rest, sizeof rest, "unexplained -");  // used is unknown: so is the rest
+    else if (unexplained >= 0) std::snprintf(rest, sizeof rest, "unexplained %lld MiB", unexplained);
     else std::snprintf(rest, sizeof rest, "processes report %lld MiB more than used", -unexplained);
     std::snprintf(line, sizeof line, "GPU %u (%s): used %s, by processes %llu MiB, %s%s\n", g.index,
                   printable(g.name).c_str(), mib_text(g.used_bytes).c_str(), to_mib(g.process_bytes), rest,

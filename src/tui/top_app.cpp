@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <clocale>
 #include <csignal>
 #include <cstring>
@@ -340,8 +341,13 @@ int run_top(const TopOptions& o) {
         // As `gpumem kill` with its defaults (the same timeout before SIGKILL).
         std::ostringstream verb;
         verb << "Kill (TERM, then KILL after " << monitor::KillOptions{}.timeout_s << " s)";
-        confirm(verb.str().c_str(), [pids_of](const std::vector<const ProcRow*>& rows) {
-          return monitor::render_kill(monitor::kill_processes(pids_of(rows), monitor::KillOptions{}));
+        confirm(verb.str().c_str(), [one_per_pid](const std::vector<const ProcRow*>& rows) {
+          // The processes shown when asked: one whose PID was reused since (the prompt may wait for
+          // minutes) is not signalled.
+          std::vector<monitor::KillTarget> targets;
+          for (const ProcRow* r : one_per_pid(rows))
+            targets.push_back({r->pid, r->proc ? std::optional(r->proc->start_time) : std::nullopt});
+          return monitor::render_kill(monitor::kill_processes(targets, monitor::KillOptions{}));
         });
         break;
       }

@@ -214,5 +214,27 @@ TEST(CrossStream, PeaksAreExactOverAllStreams) {
   a.check_invariants();
 }
 
+// An out-of-memory names the largest free extent of the asking stream's pool: a larger one in another
+// stream's pool (a part-page beside its live block: never lent) is not this request's, and said so.
+TEST(CrossStream, OomNamesTheLargestFreeExtentOfTheAskingStreamsPool) {
+  Allocator a(sim());
+  void* x = a.allocate(3 * kMiB, 7);
+  void* y = a.allocate(1 * kMiB + 1, 7);  // large pool, beside x: [3,4) MiB shares x's second page
+  a.deallocate(x, 7);
+  a.set_limit(std::size_t(a.stats().reserved_bytes[kAggregatePool].current));
+  try {
+    a.allocate(5 * kMiB / 2, 0);
+    FAIL() << "no OOM";
+  } catch (const OutOfMemoryError& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(e.state().largest_free_here, 0u) << m;
+    EXPECT_GE(e.state().largest_free, kMiB) << m;
+    EXPECT_NE(m.find("largest free extent 0 bytes in its pool ("), std::string::npos) << m;
+    EXPECT_NE(m.find(" in another stream's or a graph's pool)"), std::string::npos) << m;
+  }
+  a.check_invariants();
+  a.deallocate(y, 7);
+}
+
 }  // namespace
 }  // namespace gpumem

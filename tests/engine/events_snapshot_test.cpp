@@ -203,9 +203,10 @@ TEST(EngineSnapshot, NoTwoFreeBlocksSideBySide) {
   for (const auto& r : s.regions)
     for (std::size_t i = 0; i < r.blocks.size(); ++i) {
       if (r.blocks[i].state == SnapshotBlockState::free) largest = std::max(largest, r.blocks[i].size);
-      if (i > 0)
+      if (i > 0) {
         EXPECT_FALSE(r.blocks[i].state == SnapshotBlockState::free && r.blocks[i - 1].state == SnapshotBlockState::free)
             << "free blocks side by side at " << r.blocks[i].addr;
+      }
     }
   EXPECT_EQ(largest, a.largest_free_block());
 }

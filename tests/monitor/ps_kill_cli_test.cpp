@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "monitor/kill.hpp"
 #include "monitor/procfs.hpp"
 #include "monitor/run_gpumem.hpp"
 #include "nvml/fake_nvml_env.hpp"
@@ -143,6 +144,28 @@ TEST_F(PsKill, KillTermThenReport) {
   EXPECT_EQ(worker.reap(), 128 + SIGTERM);
   EXPECT_EQ(collapse_spaces(replace_all(r.out, std::to_string(pid), "<PID>")).substr(0, 44),
             "PID <PID> (sleep 302): exited on SIGTERM aft");
+}
+
+// A process chosen from a listing (top's prompt, --gpu, --user) carries its start time: when its PID
+// belongs to another process by the time the signal goes (the listed one ended, its PID was reused),
+// that other process is not signalled. Here the "listed" one is the child as it was 1 tick earlier.
+TEST_F(PsKill, APidReusedSinceItWasListedIsNotSignalled) {
+  Child worker("exec sleep 306");
+  wait_for_exec(worker, "306");
+  const auto now = gpumem::monitor::read_process(worker.pid());
+  ASSERT_TRUE(now);
+  const auto listed = now->start_time - 1;
+  auto out = gpumem::monitor::kill_processes({gpumem::monitor::KillTarget{worker.pid(), listed}}, {});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].result, gpumem::monitor::KillResult::kNoSuchProcess) << out[0].detail;
+  EXPECT_NE(out[0].detail.find("now belongs to another process"), std::string::npos) << out[0].detail;
+  EXPECT_TRUE(worker.running());
+  // The same process as listed is signalled.
+  gpumem::monitor::KillOptions quick;
+  quick.timeout_s = 5;
+  out = gpumem::monitor::kill_processes({gpumem::monitor::KillTarget{worker.pid(), now->start_time}}, quick);
+  EXPECT_EQ(out[0].result, gpumem::monitor::KillResult::kExited) << out[0].detail;
+  EXPECT_EQ(worker.reap(), 128 + SIGTERM);
 }
 
 TEST_F(PsKill, APidGivenTwiceIsSignalledOnce) {
@@ -335,4 +358,14 @@ TEST_F(PsKill, ProcessesAboveUsedMemoryAreSaidNotNegative) {
   auto j = run_gpumem({"ps", "--json"}, env(scenario));
   ASSERT_EQ(j.status, 0) << j.err;
   EXPECT_EQ(nlohmann::json::parse(j.out)["gpus"][0]["unexplained_bytes"].get<long long>(), -(200ll << 20));
+}
+
+// Used memory unknown: the part no process explains is unknown too, not "0 MiB".
+TEST_F(PsKill, UnknownUsedMemoryLeavesUnexplainedUnknown) {
+  const std::string scenario = "gpu total_mib=na used_mib=na\n";
+  auto r = run_gpumem({"ps"}, env(scenario));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("used -, by processes 0 MiB, unexplained -"), std::string::npos) << r.out;
+  auto j = run_gpumem({"ps", "--json"}, env(scenario));
+  EXPECT_TRUE(nlohmann::json::parse(j.out)["gpus"][0]["unexplained_bytes"].is_null()) << j.out;
 }
