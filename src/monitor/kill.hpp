@@ -1,8 +1,8 @@
 // `gpumem kill`: stop processes that hold GPUs. Contract: kill_processes() checks each PID against the
 // safety policy (never itself, its parent or PID 1; other users' processes only as root), sends the
 // signal only to the process it examined (start time checked against PID reuse, and against the one the
-// caller listed), waits up to the
-// timeout for all of them together, escalates survivors to SIGKILL, and reports one outcome per PID.
+// caller listed), waits up to the timeout for all of them together, escalates survivors to SIGKILL, and
+// reports one outcome per PID.
 #pragma once
 #include <sys/types.h>
 
