@@ -8,6 +8,7 @@ arguments, goes through PyTorch's own argument handling and then gpumem's C ABI 
 Frames: when stacks are asked, libgpumem calls _capture_frames on the allocating thread before the
 allocation, only when that thread holds the GIL (else no frames)."""
 import ctypes
+import os
 import pickle
 import sys
 
@@ -70,7 +71,9 @@ def record_memory_history(enabled="all", context="all", stacks="all", max_entrie
     want_stacks = context is not None and stacks in ("python", "all")
     if _frame_source is None:
         _frame_source = _FRAME_SOURCE_TYPE(_capture_frames)
-    entries = 0 if enabled == "state" else min(int(max_entries), (1 << 63) - 1)
+    if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 0:
+        raise ValueError(f"max_entries must be a whole number of events, 0 or more, not {max_entries!r}")
+    entries = 0 if enabled == "state" else min(max_entries, (1 << 63) - 1)
     _check(_lib.gpumem_history_start(entries, 1 if enabled == "all" else 0, 1 if want_stacks else 0,
                                      _frame_source))
 
@@ -93,7 +96,10 @@ def snapshot():
 
 def dump_snapshot(filename="dump_snapshot.pickle"):
     """Writes the pickle straight from the library (streamed, never built twice in memory)."""
-    _check(_lib.gpumem_snapshot_write(str(filename).encode()))
+    path = os.fsencode(filename)  # str, bytes or a path-like, as open() takes them
+    if b"\0" in path:
+        raise ValueError(f"the snapshot's file name holds a NUL byte: {filename!r}")
+    _check(_lib.gpumem_snapshot_write(path))
 
 
 # torch._C replacements, with the signatures PyTorch's memory.py calls them with.

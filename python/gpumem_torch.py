@@ -14,6 +14,7 @@ else the loader's search path.
 """
 import ctypes
 import json
+import numbers
 import os
 import sys
 
@@ -194,10 +195,15 @@ def _device(device):
 
 
 def _text(fn, device):
-    needed = _check(fn(_device(device), None, 0))
-    buf = ctypes.create_string_buffer(needed + 1)
-    _check(fn(_device(device), buf, needed + 1))
-    return buf.value.decode()
+    dev = _device(device)
+    size = _check(fn(dev, None, 0)) + 1
+    while True:
+        buf = ctypes.create_string_buffer(size)
+        needed = _check(fn(dev, buf, size))
+        if needed < size:
+            return buf.value.decode()
+        # The text grew between the two calls (another thread allocated): cut short, so ask again.
+        size = needed + 1 + needed // 8
 
 
 def memory_allocated(device=None):
@@ -234,6 +240,9 @@ def empty_cache():
 
 
 def set_per_process_memory_fraction(fraction, device=None):
+    # A number, as PyTorch's: not True (1.0) or "0.5".
+    if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real):
+        raise TypeError("fraction must be a number from 0 to 1, not %r" % (fraction,))
     _check(_load().gpumem_set_fraction(float(fraction), _device(device)))
 
 
@@ -375,6 +384,8 @@ def on_stop(fn):
     KeyboardInterrupt there (e.g. to save a checkpoint and leave the training loop). Ctrl-C keeps its
     usual meaning. The cache has already been released when fn runs."""
     import signal
+    if not callable(fn):
+        raise TypeError("on_stop needs a function to call, not %r" % (fn,))
     lib = _load()
     previous = signal.getsignal(signal.SIGINT)
 

@@ -156,8 +156,9 @@ def processes(with_allocators=False):
 def watch(interval=1.0, count=None, with_processes=True):
     """Yields gpus() every interval seconds (count times, or until the caller stops iterating). A bad
     interval or count is refused here, at the call, not at the first sample."""
-    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 < interval < float("inf"):
-        raise ValueError(f"gpumem.watch: interval must be a number of seconds above 0, got {interval!r}")
+    # At most a day: time.sleep() overflows on larger ones (10**400, 1e300).
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 < interval <= 86400:
+        raise ValueError(f"gpumem.watch: interval must be a number of seconds above 0, at most 86400, got {interval!r}")
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
         raise ValueError(f"gpumem.watch: count must be None or a whole number from 0, got {count!r}")
     return _watch(interval, count, with_processes)

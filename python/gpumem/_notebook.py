@@ -41,6 +41,7 @@ class TrackRecord:
     reserved_after: int = 0
     peak: int = 0  # highest allocated inside the block, nested blocks included
     seconds: float = 0.0
+    device: int = 0  # the CUDA device it watched: nested blocks on other devices do not touch its peak
 
     def line(self):
         return (f"{'  ' * self.depth}{self.label}: allocated {format_bytes(self.allocated_before)} -> "
@@ -65,14 +66,20 @@ class track:
         self._entered: List[tuple] = []  # (record, start) per entry: one instance may be entered nested
 
     def __enter__(self):
-        cuda = _torch().cuda
-        # Resetting the peak counter for this block must not lose what the open outer blocks saw so far.
+        torch = _torch()
+        cuda = torch.cuda
+        index = _device_index(torch, self.device)
+        index = cuda.current_device() if index is None else index
+        # Resetting the peak counter for this block must not lose what the open outer blocks on the same
+        # device saw so far.
         peak_so_far = cuda.max_memory_allocated(self.device)
         for outer in _open:
-            outer.peak = max(outer.peak, peak_so_far)
+            if outer.device == index:
+                outer.peak = max(outer.peak, peak_so_far)
         cuda.reset_peak_memory_stats(self.device)
         allocated = cuda.memory_allocated(self.device)
-        self.record = TrackRecord(self.label, len(_open), allocated, cuda.memory_reserved(self.device), peak=allocated)
+        self.record = TrackRecord(self.label, len(_open), allocated, cuda.memory_reserved(self.device), peak=allocated,
+                                  device=index)
         _open.append(self.record)
         self._entered.append((self.record, time.perf_counter()))
         return self.record
@@ -87,7 +94,8 @@ class track:
         r.reserved_after = cuda.memory_reserved(self.device)
         _open.remove(r)
         for outer in _open:
-            outer.peak = max(outer.peak, r.peak)
+            if outer.device == r.device:
+                outer.peak = max(outer.peak, r.peak)
         _done.append(r)
         if not self.quiet:
             print("gpumem: " + r.line(), file=sys.stderr)
@@ -165,15 +173,20 @@ def _nbytes(t):
 def _device_index(torch, device):
     """The CUDA device index torch's spellings name: 1, "cuda:1", torch.device("cuda", 1); "cuda" or a
     device without an index is the current one; None is every device."""
-    if device is None or isinstance(device, int):
+    if device is None:
+        return device
+    if isinstance(device, bool) or (isinstance(device, int) and device < 0) or \
+            not isinstance(device, (int, str)) and not hasattr(device, "type"):
+        raise ValueError(f"gpumem: {device!r} is not a CUDA device (give 1, 'cuda:1' or 'cuda')")
+    if isinstance(device, int):
         return device
     index = getattr(device, "index", None) if not isinstance(device, str) else None
     if not isinstance(device, str) and getattr(device, "type", "cuda") != "cuda":
-        raise ValueError(f"gpumem.tensors: {device!r} is not a CUDA device (give 1, 'cuda:1' or 'cuda')")
+        raise ValueError(f"gpumem: {device!r} is not a CUDA device (give 1, 'cuda:1' or 'cuda')")
     if isinstance(device, str):
         kind, _, number = device.partition(":")
         if kind != "cuda" or (number and not number.isdigit()):
-            raise ValueError(f"gpumem.tensors: {device!r} is not a CUDA device (give 1, 'cuda:1' or 'cuda')")
+            raise ValueError(f"gpumem: {device!r} is not a CUDA device (give 1, 'cuda:1' or 'cuda')")
         index = int(number) if number else None
     return index if index is not None else torch.cuda.current_device()
 

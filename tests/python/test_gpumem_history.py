@@ -63,11 +63,29 @@ class MemoryHistory(unittest.TestCase):
                 torch.cuda.memory._record_memory_history("bogus")
             except ValueError as e:
                 print("ERR", e)
+            # What PyTorch refuses: a negative or fractional count (-1 reached C as SIZE_MAX), a NUL in a
+            # file name (the file was written under the name cut at it); a bytes path is a path.
+            for bad in (-1, 1.5, True):
+                try:
+                    torch.cuda.memory._record_memory_history(max_entries=bad)
+                    print("ACCEPTED", bad)
+                except ValueError:
+                    pass
+            try:
+                torch.cuda.memory._dump_snapshot("{path}\\0x")
+                print("ACCEPTED NUL")
+            except ValueError:
+                pass
+            torch.cuda.memory._dump_snapshot(b"{path}.bytes")
+            import os
+            assert os.path.exists("{path}.bytes"), "bytes path"
+            os.remove("{path}.bytes")
             print("OK")
         """)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("OK", r.stdout)
         self.assertIn("ERR enabled must be None, 'state' or 'all'", r.stdout)
+        self.assertNotIn("ACCEPTED", r.stdout)
         check = subprocess.run([sys.executable, os.path.join(SOURCE, "tests", "report", "check_torch_snapshot.py"), path,
                                 os.path.join(SOURCE, "tests", "data", "native_snapshot.pickle"), "alloc",
                                 "free_requested", "free_completed", "--frames"], capture_output=True, text=True)

@@ -92,7 +92,8 @@ class Monitoring(unittest.TestCase):
         self.assertEqual(len(samples), 3)
         self.assertTrue(all(s[0].memory_used == 20480 << 20 for s in samples))
         # Bad arguments are refused at the call, before any sample.
-        for interval, count in ((0, 1), (-1, 1), (float("inf"), 1), ("1", 1), (True, 1), (1, "2"), (1, -1), (1, 1.5)):
+        for interval, count in ((0, 1), (-1, 1), (float("inf"), 1), ("1", 1), (True, 1), (1, "2"), (1, -1), (1, 1.5),
+                                (10**400, 1), (1e300, 1)):  # the last two: OverflowError at the second sample
             with self.assertRaises(ValueError, msg=(interval, count)):
                 gpumem.watch(interval, count)
 
@@ -294,6 +295,13 @@ class Notebook(unittest.TestCase):
             table = gpumem.summary(reset=True)
             assert table.splitlines()[1].startswith("  inner:") and "outer:" in table, table
             assert gpumem.summary() == "gpumem track summary:"
+
+            # A block on another device nested inside: its peak is not the outer block's (it was 50 MiB).
+            with gpumem.track("device 0", device=0, quiet=True) as on0:
+                with gpumem.track("device 1", device=1, quiet=True) as on1:
+                    e = raw.malloc(50 * MiB, 1, 0)
+                    raw.free(e, 50 * MiB, 1, 0)
+            assert on1.peak == 50 * MiB and on0.peak == on0.allocated_before, (on0, on1)
             print("OK")
         """)
         self.assertIn("gpumem: outer: allocated 2.00 MiB -> 3.00 MiB (1.00 MiB), peak 10.00 MiB", r.stderr)
@@ -331,6 +339,12 @@ class Notebook(unittest.TestCase):
             # torch's spellings of a device (returned [] before: compared with the string as given)
             assert len(gpumem.tensors(device="cuda:0")) == 2 and len(gpumem.tensors(device="cuda")) == 2
             assert gpumem.tensors(device="cuda:1") == []
+            for bad in (1.5, -1, True, object()):                # were [] (1.5 named the current device)
+                try:
+                    gpumem.tensors(device=bad)
+                    raise AssertionError(f"tensors({bad!r}) accepted")
+                except ValueError:
+                    pass
             assert str(big) == "3 x float32[1024, 1024] (parameter, gradient, tensor): 12.00 MiB", str(big)
 
             # With memory history on, each group says where its tensors were allocated.

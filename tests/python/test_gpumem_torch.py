@@ -3,6 +3,7 @@ and the sitecustomize against a test double of torch (fake_torch/). What needs r
 last class; it skips here and runs in scripts/gpu-check.sh.
 
 Needs GPUMEM_BUILD_DIR (holding libgpumem.so, gpumem_torch.py and the gpumem binary); ctest sets it."""
+import ctypes
 import json
 import os
 import subprocess
@@ -87,6 +88,26 @@ class CtypesLayer(unittest.TestCase):
         self.assertEqual(gt.get_per_process_memory_fraction(4), 1.0)  # no limit was set
         p = gt.allocate(2 << 20, device=4)  # and the largest values still pass
         gt.deallocate(p, device=4)
+
+    def test_text_that_grows_between_its_two_calls_is_asked_for_again(self):
+        # memory_stats() while another thread allocates: the JSON grew after its size was asked (it came
+        # back cut short: JSONDecodeError in 1 call of 10).
+        texts = iter(['{"a": 1}', '{"a": 1, "b": 22}', '{"a": 1, "b": 22}'])
+
+        def fn(device, buf, size):
+            text = next(texts).encode()
+            if buf is not None:
+                ctypes.memmove(buf, text[:size - 1] + b"\0", min(len(text), size - 1) + 1)
+            return len(text)
+        self.assertEqual(json.loads(gt._text(fn, 0)), {"a": 1, "b": 22})
+
+    def test_fraction_and_stop_handler_are_refused_when_not_what_they_must_be(self):
+        for bad in (True, "0.5", None):
+            with self.assertRaises(TypeError, msg=repr(bad)):
+                gt.set_per_process_memory_fraction(bad, device=5)
+        self.assertEqual(gt.get_per_process_memory_fraction(5), 1.0)
+        with self.assertRaises(TypeError):
+            gt.on_stop(5)
 
     def test_missing_library_is_one_clear_error(self):
         r = run_python("""
