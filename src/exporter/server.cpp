@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include "exporter/deadline_server.hpp"
+
 namespace gpumem::exporter {
 namespace {
 
@@ -48,7 +50,8 @@ ServerOptions parse_listen(const std::string& text) {
 }
 
 MetricsServer::MetricsServer(Sampler& sampler, ServerOptions options)
-    : sampler_(sampler), options_(std::move(options)), http_(std::make_unique<httplib::Server>()) {
+    : sampler_(sampler), options_(std::move(options)), http_(std::make_unique<DeadlineServer>()) {
+  static_cast<DeadlineServer&>(*http_).set_request_deadline(options_.io_timeout);
   unsigned threads = options_.threads ? options_.threads : 1;
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http_->set_read_timeout(options_.io_timeout);

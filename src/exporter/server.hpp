@@ -1,9 +1,10 @@
 // The exporter's HTTP side (cpp-httplib): GET/HEAD /metrics (Prometheus text, or OpenMetrics when the
 // Accept header asks for it) and /healthz, rendered from the Sampler's latest snapshot; every other
 // method is refused (405), every other path is 404: the exporter is read-only. Contract: a scrape
-// never calls NVML; a fixed pool of worker threads serves connections, and read and write timeouts
-// free a worker held by a client that never sends or never reads, so neither can starve the others
-// for longer than the timeout nor leak. bind() throws ServerError with one sentence.
+// never calls NVML; a fixed pool of worker threads serves connections, and the timeout bounds each whole
+// request (reading, answering, writing; DeadlineServer) and the wait for the next one, so a client that
+// never sends, never reads or sends a byte at a time cannot starve the others for longer than that nor
+// leak. bind() throws ServerError with one sentence.
 #pragma once
 #include <gpumem/errors.hpp>
 

@@ -267,6 +267,41 @@ TEST(ExporterServer, ClientsThatNeverSendOrNeverReadDoNotStarveOthersOrLeak) {
   EXPECT_EQ(open_fds(), fds_before);
 }
 
+// httplib's timeout is per read: clients sending their header a line at a time held every worker for as
+// long as they went on (a second line then got a quick 400 and the connection stayed). Each request now
+// has the timeout as its deadline, and a request that ran out or was refused ends its connection.
+TEST(ExporterServer, ClientsTricklingTheirHeaderDoNotStarveOthers) {
+  ServerOptions o;
+  o.threads = 2;
+  o.io_timeout = 1s;
+  Running r([] { return Snapshot{}; }, o, 1000ms);
+  r.wait_for_sample();
+  std::vector<int> slow;
+  for (int i = 0; i < 2; ++i) {
+    slow.push_back(connect_to(r.port, 4096));
+    const char line[] = "GET /metrics HTTP/1.1\r\n";
+    EXPECT_EQ(send(slow.back(), line, sizeof line - 1, 0), static_cast<ssize_t>(sizeof line - 1));
+  }
+  std::atomic<bool> done{false};
+  std::thread trickle([&] {  // a header line every 200 ms, each within the per-read timeout, for 6 s
+    for (int i = 0; i < 30 && !done; ++i) {
+      std::this_thread::sleep_for(200ms);
+      for (int fd : slow) send(fd, "X-A: b\r\n", 8, MSG_NOSIGNAL);
+    }
+  });
+  std::this_thread::sleep_for(100ms);
+  const auto start = std::chrono::steady_clock::now();
+  auto c = r.client();
+  auto res = c.Get("/healthz");
+  const auto waited = std::chrono::steady_clock::now() - start;
+  done = true;
+  trickle.join();
+  for (int fd : slow) close(fd);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_LT(waited, 4s) << "served only once the trickling clients stopped (6 s)";
+}
+
 TEST(ExporterServer, ListenParsing) {
   EXPECT_EQ(parse_listen("127.0.0.1:9400").host, "127.0.0.1");
   EXPECT_EQ(parse_listen("127.0.0.1:9400").port, 9400);
