@@ -16,6 +16,27 @@ from gpumem_torch import GpumemError, _check, _load
 _exported = []  # (read end of a keep-alive pipe, what keeps the memory alive) until every receiver lets go
 
 
+def _transfer(fd):
+    """multiprocessing.reduction.DupFd for fd, which this takes over. Pickled while a process is being
+    spawned (spawn, forkserver: a tensor passed in Process args), the child is given this very descriptor
+    when it starts, after the pickling: it stays open until that process object goes (closed at once, the
+    child got a closed or reused descriptor). Otherwise (a Queue, a Pipe) DupFd has duplicated it already."""
+    import weakref
+    from multiprocessing import context
+    from multiprocessing.reduction import DupFd
+    spawning = context.get_spawning_popen()
+    try:
+        holder = DupFd(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    if spawning is None:
+        os.close(fd)
+    else:
+        weakref.finalize(spawning, os.close, fd)
+    return holder
+
+
 def _collect_exported():
     """Drops the references of exports whose receivers all closed their end of the keep-alive pipe."""
     import select
@@ -34,7 +55,6 @@ class SharedAllocation:
     keeps `owner` (e.g. the tensor's storage) alive until every receiver has closed what it opened."""
 
     def __init__(self, address, device, owner=None):
-        from multiprocessing.reduction import DupFd
         lib = _load()
         buf = ctypes.create_string_buffer(1 << 16)
         needed = _check(lib.gpumem_ipc_export(ctypes.c_void_p(address), buf, len(buf)))
@@ -44,16 +64,19 @@ class SharedAllocation:
         description = json.loads(buf.value.decode())
         per_piece = [piece.pop("fds") for piece in description["pieces"]]
         fds = [fd for piece_fds in per_piece for fd in piece_fds]
+        self._fds = []
         try:
-            self._fds = [DupFd(fd) for fd in fds]
+            while fds:
+                self._fds.append(_transfer(fds.pop(0)))
         finally:
-            for fd in fds:
+            for fd in fds:  # left when one failed
                 os.close(fd)
         read_end, write_end = os.pipe()
         try:
-            self._keepalive = DupFd(write_end)
-        finally:
-            os.close(write_end)
+            self._keepalive = _transfer(write_end)
+        except BaseException:
+            os.close(read_end)
+            raise
         _collect_exported()
         _exported.append((read_end, owner))
         self._counts = [len(piece_fds) for piece_fds in per_piece]
@@ -62,18 +85,25 @@ class SharedAllocation:
 
     def open(self):
         """In the receiving process: maps the memory here; returns an OpenedAllocation."""
-        fds = [holder.detach() for holder in self._fds]
+        # The keep-alive end first: when opening fails it is closed, and the exporter lets the memory go.
+        keepalive = self._keepalive.detach()
+        fds = []
         try:
+            for holder in self._fds:
+                fds.append(holder.detach())
             description = json.loads(json.dumps(self._description))
             at = 0
             for piece, n in zip(description["pieces"], self._counts):
                 piece["fds"], at = fds[at:at + n], at + n
             out = ctypes.c_void_p()
             _check(_load().gpumem_ipc_open(self.device, json.dumps(description).encode(), ctypes.byref(out)))
+        except BaseException:
+            os.close(keepalive)
+            raise
         finally:
             for fd in fds:
                 os.close(fd)
-        return OpenedAllocation(out.value, self.nbytes, self.device, self._keepalive.detach())
+        return OpenedAllocation(out.value, self.nbytes, self.device, keepalive)
 
 
 class OpenedAllocation:

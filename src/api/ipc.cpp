@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -82,8 +83,10 @@ void* ipc_open(int device, const std::string& text) {
     o.bytes = bytes;
     DevicePtr at = o.base;
     for (const auto& piece : j["pieces"]) {
-      if (!piece.contains("fds") || !piece["fds"].is_array())
-        throw std::invalid_argument("gpumem_ipc_open: a piece lacks its descriptors");
+      const bool descriptors = piece.contains("fds") && piece["fds"].is_array() &&
+                               std::all_of(piece["fds"].begin(), piece["fds"].end(),
+                                           [](const auto& fd) { return fd.is_number_integer(); });
+      if (!descriptors) throw std::invalid_argument("gpumem_ipc_open: a piece lacks its descriptors");
       const std::size_t n = field(piece, "bytes");
       if (at + n > o.base + bytes) throw std::invalid_argument("gpumem_ipc_open: the pieces overrun the pages");
       o.chunks.push_back(backend->import_chunk(piece["fds"].get<std::vector<int>>(), field(piece, "chunk_bytes")));

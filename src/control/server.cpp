@@ -130,6 +130,10 @@ bool peer_hung_up(int fd) {
 }
 
 void serve_one(int fd, const ServerHooks& hooks) {
+  // Connections are served one at a time, and a client sends its request as soon as it has connected:
+  // one that sends nothing holds the others up for half a second, not for the 2 s a client waits (two
+  // idle connections made every `gpumem stats` time out).
+  const Clock::time_point request_deadline = Clock::now() + std::chrono::milliseconds(500);
   Clock::time_point deadline = Clock::now() + std::chrono::seconds(2);
   std::string error;
   std::optional<PeerCred> peer = peer_cred(fd);
@@ -138,7 +142,7 @@ void serve_one(int fd, const ServerHooks& hooks) {
     return;
   }
   std::string body;
-  if (!recv_frame(fd, body, kMaxRequestBytes, deadline, error)) {
+  if (!recv_frame(fd, body, kMaxRequestBytes, request_deadline, error)) {
     send_frame(fd, to_wire(error_answer("bad request: " + error)), deadline, error);
     return;
   }

@@ -100,6 +100,10 @@ TEST(Ipc, BadInputIsOneClearError) {
             GPUMEM_E_BACKEND);
   EXPECT_EQ(out, nullptr);
   EXPECT_EQ(gpumem_ipc_open(kDevice, R"({"offset":0,"bytes":65536,"pieces":[]})", &out), GPUMEM_E_INVALID);
+  // Descriptors that are not numbers: a bad description, not an internal error from the JSON library.
+  EXPECT_EQ(gpumem_ipc_open(kDevice, R"({"offset":0,"bytes":65536,"pieces":[{"fds":["a"],"chunk_bytes":65536,"offset":0,"bytes":65536}]})", &out),
+            GPUMEM_E_INVALID);
+  EXPECT_NE(std::string(gpumem_last_error()).find("lacks its descriptors"), std::string::npos) << gpumem_last_error();
 }
 
 }  // namespace

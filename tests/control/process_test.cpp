@@ -186,6 +186,28 @@ TEST(ControlProcess, ARequestWhoseCallerGaveUpIsDropped) {
   EXPECT_EQ(t.ask("alloc 1048576"), "ok");  // not stopped
 }
 
+// Connections are served one at a time: two that connect and send nothing held every other request past
+// the client's 2 s (each was given 2 s to send its request); now half a second each.
+TEST(ControlProcess, IdleConnectionsDoNotMakeOthersTimeOut) {
+  ControlDir dir;
+  Target t({"GPUMEM_HOST_CAPACITY=256MiB"});
+  ASSERT_EQ(t.ask("alloc 4194304"), "ok");
+  const std::string path = dir.path + "/" + std::to_string(t.pid()) + ".sock";
+  std::vector<int> idle;
+  for (int i = 0; i < 2; ++i) {
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
+    idle.push_back(fd);
+  }
+  ProcessReport r = stats(t.pid());  // throws ControlError when not answered within the client's 2 s
+  ASSERT_EQ(r.devices.size(), 1u);
+  EXPECT_EQ(r.devices[0].allocated_bytes, std::int64_t(4194304));
+  for (int fd : idle) close(fd);
+}
+
 // A control directory that cannot be used (here a regular file) leaves the program running without the
 // channel, and says so once on stderr: otherwise `gpumem stats` only reports that the process has none.
 TEST(ControlProcess, AnUnusableControlDirectoryIsSaidOnce) {

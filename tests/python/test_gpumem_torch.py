@@ -517,6 +517,59 @@ if __name__ == "__main__":
 """
 
 
+# A SharedAllocation made while a Process is pickled (install()'s reduce_tensor: a CUDA tensor in
+# Process args), with spawn and forkserver: the child was handed descriptors closed already. And a receiver
+# whose open() fails lets the exporter's memory go (it was held until the exporter ended).
+IPC_ARGS_PROGRAM = """
+import ctypes, multiprocessing as mp, sys
+import gpumem_ipc
+import gpumem_torch as gt
+
+MiB = 1 << 20
+
+
+class Tensorish:
+    def __init__(self, p):
+        self.p = p
+
+    def __reduce__(self):
+        return (rebuild, (gpumem_ipc.SharedAllocation(self.p, 0, owner="storage"),))
+
+
+def rebuild(shared):
+    return shared
+
+
+def child(shared, broken):
+    if broken:
+        shared._description["bytes"] += 1              # not whole pages: the library refuses to open it
+        try:
+            shared.open()
+        except gt.GpumemError:
+            sys.exit(7)
+        sys.exit(1)
+    opened = shared.open()
+    sys.exit(0 if ctypes.string_at(opened.address, 2 * MiB) == b"\\x5a" * (2 * MiB) else 1)
+
+
+if __name__ == "__main__":
+    ctx = mp.get_context(sys.argv[1])
+    p = gt.allocate(2 * MiB, 0)
+    ctypes.memset(p, 0x5a, 2 * MiB)
+    for broken, code in ((False, 0), (True, 7)):
+        proc = ctx.Process(target=child, args=(Tensorish(p), broken))
+        proc.start()
+        proc.join(60)
+        assert proc.exitcode == code, (sys.argv[1], broken, proc.exitcode)
+        del proc                                         # its descriptors go with it
+        import gc
+        gc.collect()
+        gpumem_ipc._collect_exported()
+        assert gpumem_ipc._exported == [], (broken, gpumem_ipc._exported)
+    print("OK")
+"""
+
+
 FAKE_CUDA = os.path.join(BUILD, "fake_cuda", "libgpumem_fake_cuda.so")
 
 
@@ -558,6 +611,17 @@ class SharingBetweenProcesses(unittest.TestCase):
             r = subprocess.run([GpumemRun.GPUMEM, "run", "-q", "--backend", "host", "--", sys.executable, prog,
                                 "spawn"], env=env, capture_output=True, text=True, timeout=120)
             self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_allocation_in_process_args_reaches_spawned_and_forkserver_children(self):
+        with tempfile.TemporaryDirectory() as d:
+            prog = os.path.join(d, "ipc_args.py")
+            with open(prog, "w") as f:
+                f.write(IPC_ARGS_PROGRAM)
+            for method in ("spawn", "forkserver"):
+                r = subprocess.run([sys.executable, prog, method], env=dict(os.environ, PYTHONPATH=BUILD),
+                                   capture_output=True, text=True, timeout=120)
+                self.assertEqual(r.returncode, 0, method + ": " + r.stderr)
+                self.assertIn("OK", r.stdout)
             self.assertIn("OK", r.stdout)
 
 
