@@ -10,7 +10,8 @@
 #                                    cudaMalloc  3b driver call cost (bench/gpu/vmm_cost.cu)  3c the same calls on another thread
 #                                    beside kernel launches (bench/gpu/vmm_overlap.cu)  3d the same calls split over
 #                                    1-8 threads (bench/gpu/vmm_threads.cu)  3e granules of one large handle mapped
-#                                    one by one (bench/gpu/vmm_slices.cu)  4 Python shim with real torch  5 training native vs gpumem vs
+#                                    one by one (bench/gpu/vmm_slices.cu)  4 Python shim  4c CUDA tensors in
+#                                    Process args (bench/gpu/ipc_spawn_check.py) with real torch  5 training native vs gpumem vs
 #                                    --limit 1.02x peak live (transformer LM, ResNet-50)  6 two processes with a
 #                                    limit each on one GPU  7 scripts/gpu-check-monitor.sh if present;
 #                                    10 PyTorch memory checks native vs gpumem  11 torch.empty host cost;
@@ -115,6 +116,8 @@ step "3c driver calls on another thread: do they slow kernel launches?" 120 "$BI
 step "3d driver calls split over 1-8 threads: does the driver run them at once?" 120 "$BIN/vmm_threads" --json "$RES/vmm_threads.json"
 step "3e granules cut from one large handle: can they be mapped one by one?" 60 "$BIN/vmm_slices"
 step "4 python shim + gpumem run (real torch)" 300 env GPUMEM_BUILD_DIR="$PWD/$BIN" python3 -m unittest -v tests/python/test_gpumem_torch.py
+step "4c CUDA tensors in Process args, spawn / forkserver: native" 240 python3 bench/gpu/ipc_spawn_check.py
+step "4c CUDA tensors in Process args, spawn / forkserver: gpumem" 240 "$BIN/gpumem" run -- python3 bench/gpu/ipc_spawn_check.py
 step "4b snapshot -> _memory_viz, native" 120 python3 bench/gpu/snapshot_check.py "$RES/snapshot_native.pickle"
 step "4b snapshot -> _memory_viz, gpumem" 120 "$BIN/gpumem" run -- python3 bench/gpu/snapshot_check.py "$RES/snapshot_gpumem.pickle"
 
