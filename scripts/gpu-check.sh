@@ -10,8 +10,8 @@
 #                                    cudaMalloc  3b driver call cost (bench/gpu/vmm_cost.cu)  3c the same calls on another thread
 #                                    beside kernel launches (bench/gpu/vmm_overlap.cu)  3d the same calls split over
 #                                    1-8 threads (bench/gpu/vmm_threads.cu)  3e granules of one large handle mapped
-#                                    one by one (bench/gpu/vmm_slices.cu)  4 Python shim  4c CUDA tensors in
-#                                    Process args (bench/gpu/ipc_spawn_check.py) with real torch  5 training native vs gpumem vs
+#                                    one by one (bench/gpu/vmm_slices.cu)  4 Python shim with real torch  4c CUDA
+#                                    tensors in Process args (bench/gpu/ipc_spawn_check.py)  5 training native vs gpumem vs
 #                                    --limit 1.02x peak live (transformer LM, ResNet-50)  6 two processes with a
 #                                    limit each on one GPU  7 scripts/gpu-check-monitor.sh if present;
 #                                    10 PyTorch memory checks native vs gpumem  11 torch.empty host cost;
