@@ -185,11 +185,13 @@ struct Allocator::Impl {
     return released;
   }
 
-  std::size_t largest_free() {
+  // The largest free extent of every pool, or of `stream`'s own pool only (not graph pools).
+  std::size_t largest_free(const StreamId* stream = nullptr) {
     std::size_t best = 0;
     std::size_t n = count();
     for (std::size_t i = 0; i < n; ++i) {
       StreamPool* p = pool_at(i);
+      if (stream && (p->stream() != *stream || p->is_graph_pool())) continue;
       std::lock_guard lock(p->lock());
       best = std::max(best, p->largest_free());
     }
@@ -220,13 +222,8 @@ struct Allocator::Impl {
       s.device_total = info.total;
     } catch (...) {
     }
-    for (std::size_t i = 0, n = count(); i < n; ++i) {
-      StreamPool* p = pool_at(i);
-      std::lock_guard lock(p->lock());
-      const std::size_t largest = p->largest_free();
-      s.largest_free = std::max(s.largest_free, largest);
-      if (p->stream() == stream && !p->is_graph_pool()) s.largest_free_here = std::max(s.largest_free_here, largest);
-    }
+    s.largest_free = largest_free();
+    s.largest_free_here = largest_free(&stream);
     MemoryEvent e;
     e.kind = EventKind::oom;
     e.size = request;
